@@ -1,0 +1,1 @@
+"""Speculative-decoding engine: drafters, acceptance rules, model loading and the decode loop."""

@@ -1,0 +1,100 @@
+"""`draft_model`: a smaller causal LM with the target's tokenizer proposes tokens.
+
+The draft keeps its own KV cache; before each proposal it is cropped to the longest prefix it
+shares with the session history, which rolls back rejected drafts without extra bookkeeping.
+`config.vocab_size` may differ from the target's (embedding padding, e.g. Qwen2.5 7B vs 0.5B):
+draft logits are cut or padded with -inf to the target's vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.drafters.base import Draft, DraftContext, DrafterResources
+from engine.kv import Forward, crop_cache, new_cache
+from engine.sampling import effective_probs, sample
+
+
+@dataclass
+class DraftModelOptions:
+    """Options of the `draft_model` drafter (the model itself comes from the engine's `draft`)."""
+
+
+def fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Cut or -inf-pad the last dimension of `logits` to `vocab` entries."""
+    have = logits.shape[-1]
+    if have == vocab:
+        return logits
+    if have > vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - have), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
+
+
+class DraftModelDrafter:
+    """Autoregressive drafting with a small model."""
+
+    name = "draft_model"
+    needs_target_hidden = False
+    is_model = True
+
+    def __init__(self, options: DraftModelOptions | None, resources: DrafterResources) -> None:
+        if resources.draft is None:
+            raise ValueError("drafter 'draft_model' needs a draft model (--draft DIR / model.draft)")
+        self.options = options or DraftModelOptions()
+        self.vocab = resources.target.vocab_size
+        self._forward = Forward(resources.draft.model)
+        self._cache = new_cache(resources.draft.model)
+        self._cached: list[int] = []  # tokens whose KV the draft cache holds
+        self._verified = 0  # _cached[:_verified] is known to equal the session history
+
+    def begin(self, history: list[int]) -> None:
+        """The history may have diverged between generations: re-check from the start."""
+        self._verified = 0
+
+    def _sync(self, history: list[int]) -> None:
+        c = self._verified
+        limit = min(len(self._cached), len(history) - 1)  # always recompute >= 1 token for logits
+        while c < limit and self._cached[c] == history[c]:
+            c += 1
+        crop_cache(self._cache, c)
+        del self._cached[c:]
+        self._verified = c
+
+    def propose(self, ctx: DraftContext) -> Draft:
+        """Draft up to ctx.max_tokens tokens; stop when the draft's top probability < ctx.confidence."""
+        self._sync(ctx.history)
+        feed = ctx.history[len(self._cached) :]
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        for i in range(ctx.max_tokens):
+            logits, _ = self._forward(self._cache, feed)
+            self._cached.extend(feed)
+            logits = fit_vocab(logits[-1], self.vocab)  # [V_target]
+            # Stop on the distribution's confidence *before* sampling: the decision then depends
+            # only on the prefix, which keeps exact sampling exact (a rule that drops a token
+            # after seeing it would bias the proposal away from q).
+            if ctx.params.greedy:
+                if ctx.confidence is not None and float(logits.float().softmax(-1).max()) < ctx.confidence:
+                    break
+                tok = int(logits.argmax())
+            else:
+                q = effective_probs(logits, ctx.params)  # [V_target]
+                if ctx.confidence is not None and float(q.max()) < ctx.confidence:
+                    break
+                tok = sample(q, ctx.generator)
+                probs.append(q)
+            tokens.append(tok)
+            feed = [tok]
+            if i + 1 == ctx.max_tokens:
+                break
+        stacked = torch.stack(probs) if probs else None  # [n, V_target] when sampling
+        return Draft(tokens=tokens, probs=stacked, sources=[self.name] * len(tokens))
+
+    def commit(self, history: list[int]) -> None:
+        """Nothing eager: the next proposal crops the draft cache to the accepted history."""
+
+    def end(self, history: list[int], generated: list[int]) -> None:
+        """Nothing to learn."""

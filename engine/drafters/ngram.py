@@ -1,0 +1,65 @@
+"""`ngram`: prompt-lookup drafting from the session's own history.
+
+Finds the most recent earlier occurrence of the longest suffix of the history (between
+`min_match` and `max_match` tokens) and proposes the tokens that followed it. No model, no
+distribution: q is one-hot. Agents re-quote code and tool output, which is where this pays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.drafters.base import Draft, DraftContext, DrafterResources
+from engine.drafters.token_index import HistoryMirror, TokenIndex
+
+
+@dataclass
+class NgramOptions:
+    """Options of the `ngram` drafter."""
+
+    min_match: int = 1  # shortest history suffix (tokens) that may trigger a lookup
+    max_match: int = 4  # longest suffix compared; longer matches are preferred
+    max_candidates: int = 512  # earlier occurrences examined per lookup (most recent first)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_match <= self.max_match:
+            raise ValueError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
+
+
+class NgramDrafter:
+    """Prompt lookup over the session history."""
+
+    name = "ngram"
+    needs_target_hidden = False
+    is_model = False
+
+    def __init__(self, options: NgramOptions | None, resources: DrafterResources) -> None:
+        self.options = options or NgramOptions()
+        self._mirror = HistoryMirror(TokenIndex(self.options.min_match, self.options.max_candidates))
+
+    def begin(self, history: list[int]) -> None:
+        """Re-sync the index with the session history (rebuilt if the history diverged)."""
+        self._mirror.sync(history, check_prefix=True)
+
+    def propose(self, ctx: DraftContext) -> Draft:
+        """The continuation of the most recent longest match, up to ctx.max_tokens tokens."""
+        index = self._mirror.index
+        match = index.longest_match(ctx.history, self.options.max_match)
+        if match.length < self.options.min_match:
+            return Draft()
+        tokens: list[int] = []
+        pos = match.positions[0]  # most recent
+        while len(tokens) < ctx.max_tokens:
+            tok = index.successor(pos)
+            if tok is None:
+                break
+            tokens.append(tok)
+            pos += 1
+        return Draft(tokens=tokens, sources=[self.name] * len(tokens))
+
+    def commit(self, history: list[int]) -> None:
+        """Index the newly accepted tokens."""
+        self._mirror.sync(history, check_prefix=False)
+
+    def end(self, history: list[int], generated: list[int]) -> None:
+        """Nothing to do: the index already holds the whole history."""

@@ -1,0 +1,1 @@
+"""Runners: one configuration over a suite, aggregation, logging; benchmarks."""

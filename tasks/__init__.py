@@ -1,0 +1,1 @@
+"""Task suites in SWE-bench format, sandboxes and evaluation. Arrives with issue 3."""
