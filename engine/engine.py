@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.acceptance import acceptance_options_class, make_acceptance
+from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
 from engine.drafters import DRAFTERS, Drafter, DrafterResources, drafter_options_class, make_drafter
 from engine.drafters.suffix import SuffixOptions, new_shared_index
 from engine.gamma import GammaPolicy
@@ -46,25 +46,13 @@ class Engine:
         self.config = config = config or EngineConfig()
         self.target = target
         self.draft = draft
-        drafter_cls = drafter_options_class(config.drafter)
-        acceptance_cls = acceptance_options_class(config.acceptance)
-        routed = split_options(config.options, {"drafter": drafter_cls, "acceptance": acceptance_cls})
-        self.drafter_options = build_options(drafter_cls, routed["drafter"], f"drafter {config.drafter!r}")
-        self.acceptance = make_acceptance(
-            config.acceptance,
-            build_options(acceptance_cls, routed["acceptance"], f"acceptance {config.acceptance!r}"),
-        )
+        self.drafter_options, self.acceptance = self.validate(config)
         self.params = SamplingParams(config.temperature, config.top_k, config.top_p)
-        GammaPolicy(config.gamma_policy, config.gamma, config.max_gamma, config.confidence)  # validates
         if config.drafter == "draft_model":
             if draft is None:
                 raise ValueError("drafter 'draft_model' needs a draft model (--draft DIR)")
             if target.tokenizer is not None and draft.tokenizer is not None:
                 check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
-        if config.gamma_policy == "confidence" and not DRAFTERS[config.drafter][0].is_model:
-            raise ValueError(
-                f"gamma policy 'confidence' needs a model drafter (draft_model), not {config.drafter!r}"
-            )
         self.device = target.device
         self.forward = Forward(target.model)
         self.context_limit = int(getattr(target.model.config, "max_position_embeddings", 1 << 30))
@@ -74,6 +62,28 @@ class Engine:
         )
         self.weight_bytes = sum(_param_bytes(m.model) for m in (target, draft) if m is not None)
         self._sessions = 0
+
+    @staticmethod
+    def validate(config: EngineConfig) -> tuple[object, AcceptanceRule]:
+        """Check names, options and policy without touching models; returns (drafter options, rule).
+
+        Cheap, so command lines call it before loading weights and fail on a typo in milliseconds.
+        """
+        drafter_cls = drafter_options_class(config.drafter)
+        acceptance_cls = acceptance_options_class(config.acceptance)
+        routed = split_options(config.options, {"drafter": drafter_cls, "acceptance": acceptance_cls})
+        drafter_options = build_options(drafter_cls, routed["drafter"], f"drafter {config.drafter!r}")
+        rule = make_acceptance(
+            config.acceptance,
+            build_options(acceptance_cls, routed["acceptance"], f"acceptance {config.acceptance!r}"),
+        )
+        SamplingParams(config.temperature, config.top_k, config.top_p)  # validates ranges
+        GammaPolicy(config.gamma_policy, config.gamma, config.max_gamma, config.confidence)  # validates
+        if config.gamma_policy == "confidence" and not DRAFTERS[config.drafter][0].is_model:
+            raise ValueError(
+                f"gamma policy 'confidence' needs a model drafter (draft_model), not {config.drafter!r}"
+            )
+        return drafter_options, rule
 
     @property
     def lossy(self) -> bool:

@@ -1,0 +1,105 @@
+"""Command line: generate from one prompt with one speculative configuration.
+
+    python -m engine.generate --model DIR [--draft DIR] [--drafter NAME] [--gamma N] ... --prompt TEXT
+
+The prompt is encoded raw, as transformers' `generate` would take it (`--chat` applies the chat
+template). Prints the text, or with --json one object with `text`, `tokens` and `stats`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.acceptance import ACCEPTANCE_RULES
+from engine.drafters import DRAFTERS
+from engine.engine import Engine, EngineConfig
+from engine.gamma import GAMMA_POLICIES
+from engine.loading import LoadedModel, load_model
+from engine.options import parse_option_pairs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    p = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="target model: local folder (or a cached hub id)")
+    p.add_argument("--draft", help="draft model folder (drafter draft_model); must share the tokenizer")
+    p.add_argument("--drafter", default="none", help=f"one of {sorted(DRAFTERS)} (default: none)")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per step (default: 4)")
+    p.add_argument("--gamma-policy", default="fixed", help=f"one of {list(GAMMA_POLICIES)}")
+    p.add_argument("--acceptance", default="exact", help=f"one of {sorted(ACCEPTANCE_RULES)} (non-exact are lossy)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="drafter/acceptance option, e.g. max_match=3, k=10, tau=0.2 (repeatable)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | float64")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the chat template")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, stats")
+    return p
+
+
+def encode_prompt(target: LoadedModel, text: str, chat: bool) -> list[int]:
+    """Token ids of the prompt: raw encoding, or the chat template with a generation prompt."""
+    tok = target.tokenizer
+    if chat:
+        if not getattr(tok, "chat_template", None):
+            raise ValueError(f"--chat: the tokenizer of {target.path} has no chat template")
+        rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                           add_generation_prompt=True)
+        return tok.encode(rendered, add_special_tokens=False)
+    return tok.encode(text)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Load, generate, and return the JSON-ready result."""
+    config = EngineConfig(
+        drafter=args.drafter, gamma=args.gamma, gamma_policy=args.gamma_policy, acceptance=args.acceptance,
+        options=parse_option_pairs(args.option), temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed,
+    )
+    # Validate names before loading weights, so a typo fails in milliseconds.
+    Engine.validate(config)
+    target = load_model(args.model, device=args.device, dtype=args.dtype)
+    draft = load_model(args.draft, device=args.device, dtype=args.dtype) if args.draft else None
+    engine = Engine(target, config, draft=draft)
+    text = args.prompt if args.prompt is not None else args.prompt_file.read_text()
+    result = engine.generate(encode_prompt(target, text, args.chat), args.max_new_tokens)
+    out = result.to_dict()
+    out["text"] = target.tokenizer.decode(result.tokens, skip_special_tokens=False)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; bad input exits 2 with a one-line message."""
+    args = build_parser().parse_args(argv)
+    try:
+        out = run(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"text": out["text"], **{k: v for k, v in out.items() if k != "text"}}))
+    else:
+        print(out["text"])
+        s = out["stats"]
+        flag = " (LOSSY acceptance)" if out["lossy"] else ""
+        print(
+            f"[{out['drafter']}/{out['acceptance']}{flag}] {s['new_tokens']} tokens, "
+            f"{s['target_forwards']} target forwards, acceptance {s['acceptance_rate']:.2f}, "
+            f"mean accepted length {s['mean_accepted_length']:.2f}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""Benchmarks: `python -m runners.bench <benchmark> ...`.
+
+`engine`: spectune's decode loop (plain, ngram, draft_model, suffix) against transformers `generate` (greedy,
+prompt lookup, assisted generation) on the same weights and prompts, CPU. Prints a rich table, or one JSON
+object with --json (progress goes to stderr, so stdout holds nothing but the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from runners.bench_engine import MIN_REPEATS, RATIOS
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    eng = sub.add_parser(
+        "engine",
+        help="spectune engine vs transformers generate (tokens/s, acceptance, identical outputs)",
+        description="spectune engine vs transformers generate: tokens/s, acceptance and identical greedy outputs.",
+    )
+    eng.add_argument("--model", default=None, help="target model folder (default: a cached tiny random model)")
+    eng.add_argument(
+        "--draft", default=None, help="draft model folder for draft_model / assisted generation (needs --model)"
+    )
+    eng.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    eng.add_argument(
+        "--repeats", type=_positive, default=None, help=f"timed passes (default 5, >= {MIN_REPEATS} unless --quick)"
+    )
+    eng.add_argument("--max-new-tokens", type=_positive, default=None, help="new tokens per generation (default 128)")
+    eng.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
+    eng.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run for tests: tiny 2x64 target / 1x32 draft, 2 repeats, 24 new tokens, 2 prompts",
+    )
+    eng.add_argument(
+        "--threads",
+        type=_positive,
+        default=None,
+        help="torch CPU threads for the run (default: torch's default); restored afterwards",
+    )
+    eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.benchmark == "engine":
+        return _engine(parser, args)
+    parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
+    return 2
+
+
+def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from runners.bench_engine import run_engine_bench
+
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
+    if repeats < MIN_REPEATS and not args.quick:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} for a measurement (use --quick for a smoke run)")
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else (24 if args.quick else 128)
+    if args.draft is not None and args.model is None:
+        parser.error("--draft needs --model (the draft must share the target's tokenizer)")
+
+    # transformers' loading / saving progress bars and info logs would clutter stderr; restored afterwards.
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    threads = torch.get_num_threads()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        report = run_engine_bench(
+            args.model, args.draft, repeats, max_new, args.gamma, args.quick, progress=not args.no_progress
+        )
+    finally:
+        torch.set_num_threads(threads)
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
+def _fmt_params(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+
+
+def _model_line(m: dict[str, Any] | None) -> str:
+    if m is None:
+        return "none"
+    return f"{m['arch']} {m['layers']}x{m['hidden']} ({_fmt_params(m['parameters'])} params, {m['dtype']})"
+
+
+def render(report: dict[str, Any]) -> None:
+    """Rich tables: throughput and acceptance per case, then ratios and the identity verdict."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 150))  # a pipe or file: do not squeeze the tables to 80
+    s = report["setup"]
+    kinds = [p["kind"] for p in s["prompts"]]
+    console.print(
+        f"[bold]bench engine[/] device {s['device']} · threads {s['threads']} · target {_model_line(s['target'])}"
+        f" · draft {_model_line(s['draft'])} · gamma {s['gamma']} · max_new_tokens {s['max_new_tokens']}"
+        f" · repeats {s['repeats']} · prompts {len(kinds)} ({kinds.count('copy')} copy-heavy,"
+        f" {kinds.count('free')} free) · torch {s['torch']} · transformers {s['transformers']}"
+    )
+
+    cases = Table(title="Cases (tokens/s: median over repeats, min–max)")
+    for col in ("case", "tokens/s", "min–max", "accept rate", "mean acc len", "drafted/draft", "tok/target fwd"):
+        cases.add_column(col, justify="left" if col == "case" else "right", no_wrap=True)
+    for name, t in report["tokens_per_s"].items():
+        a = report["acceptance"][name]
+        cases.add_row(
+            name,
+            f"{t['median']:.1f}",
+            f"{t['min']:.1f}–{t['max']:.1f}",
+            f"{a['acceptance_rate']:.3f}" if a["drafted"] else "–",
+            f"{a['mean_accepted_length']:.2f}" if a["drafts"] else "–",
+            f"{a['mean_draft_length']:.2f}" if a["drafts"] else "–",
+            f"{a['tokens_per_target_forward']:.3f}",
+        )
+    for name, why in report["skipped"]["cases"].items():
+        cases.add_row(name, "skipped", why, "", "", "", "")
+    console.print(cases)
+
+    ratios = Table(title="Ratios (tokens/s, > 1: spectune / ON faster; median of per-repeat ratios)")
+    for col in ("ratio", "numerator / denominator", "value"):
+        ratios.add_column(col, justify="right" if col == "value" else "left")
+    for key, (a, b) in RATIOS.items():
+        value = report[key]
+        shown = f"{value:.3f}" if value is not None else f"skipped ({report['skipped']['ratios'][key]})"
+        ratios.add_row(key, f"{a} / {b}", shown)
+    console.print(ratios)
+
+    verdict = "[green]true[/]" if report["identical"] else "[red]false[/]"
+    console.print(f"identical: {verdict}  (deterministic across repeats: {report['deterministic']})")
+    for key, check in report["identity"].items():
+        if check["identical"]:
+            continue
+        for row in check["prompts"]:
+            if not row["identical"]:
+                console.print(
+                    f"  {key}: {check['case']} != {check['reference']} on {row['prompt']}"
+                    f" at new token {row['first_divergence']}"
+                )
+    console.print(f"[dim]tokens per target forward: {s['tokens_per_target_forward']}[/]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

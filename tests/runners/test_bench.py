@@ -1,0 +1,129 @@
+"""`python -m runners.bench engine`: the JSON report's shape and verdicts on tiny models (behaviour, not speed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runners.bench import main
+from runners.bench_engine import RATIOS, analyse_forwards, first_divergence, tiny_models
+
+# One thread: the quick models are far too small to gain from more, and an oversubscribed core makes
+# OpenMP barriers wait for a whole scheduler slice.
+QUICK = ["engine", "--quick", "--json", "--threads", "1", "--no-progress"]
+DRAFT_RATIOS = {"draft_vs_transformers", "draft_on_vs_off"}
+SPECTUNE = ("spectune_plain", "spectune_ngram", "spectune_draft_model", "spectune_suffix")
+TRANSFORMERS = ("transformers_greedy", "transformers_prompt_lookup", "transformers_assisted")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One model cache for the module (tiny models are built once), via $SPECTUNE_CACHE."""
+    root = tmp_path_factory.mktemp("bench-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECTUNE_CACHE", str(root))
+        yield root
+
+
+def run_json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)  # stdout holds nothing but the JSON object
+
+
+def test_quick_engine_report(cache, capsys):
+    report = run_json(capsys, QUICK)
+    setup = report["setup"]
+    repeats = setup["repeats"]
+    assert repeats == 2 and setup["max_new_tokens"] == 24 and len(setup["prompts"]) == 2
+    assert (setup["target"]["layers"], setup["target"]["hidden"]) == (2, 64)
+    assert (setup["draft"]["layers"], setup["draft"]["hidden"]) == (1, 32)
+    assert setup["threads"] == 1
+
+    for key in RATIOS:
+        assert isinstance(report[key], float) and report[key] > 0, key
+    assert report["identical"] is True, json.dumps(report["identity"], indent=1)
+    assert report["deterministic"] is True
+    assert report["skipped"] == {"ratios": {}, "cases": {}}
+
+    acc = report["acceptance"]
+    for name in SPECTUNE + TRANSFORMERS:
+        a = acc[name]
+        assert a["new_tokens"] == 2 * 24
+        assert a["target_forwards"] > 0 and a["tokens_per_target_forward"] > 0
+        assert 0.0 <= a["acceptance_rate"] <= 1.0
+    for name in SPECTUNE:
+        assert acc[name]["side"] == "spectune"
+        assert acc[name]["hook_matches_engine_stats"] is True, acc[name]
+    for name in TRANSFORMERS:
+        assert acc[name]["side"] == "transformers"
+    # Plain decoding drafts nothing; lookup and draft-model cases do, on both sides.
+    assert acc["spectune_plain"]["drafted"] == acc["transformers_greedy"]["drafted"] == 0
+    for name in ("spectune_ngram", "transformers_prompt_lookup", "spectune_draft_model", "transformers_assisted"):
+        assert acc[name]["drafted"] > 0, name
+    # Constant gamma, no confidence stop on both sides: the same drafting schedule, token for token.
+    assert acc["transformers_assisted"]["drafted"] == acc["spectune_draft_model"]["drafted"]
+    assert acc["transformers_assisted"]["draft_model_forwards"] > 0
+
+    raw = report["raw"]
+    for name in SPECTUNE + TRANSFORMERS:
+        assert len(raw[name]["seconds"]) == repeats and len(raw[name]["tokens"]) == repeats
+        assert all(s > 0 for s in raw[name]["seconds"])
+        assert raw[name]["tokens"] == [2 * 24] * repeats
+    for key in RATIOS:
+        assert len(raw["ratios_per_repeat"][key]) == repeats
+
+
+def test_model_without_draft_skips_draft_cases(cache, capsys):
+    target, _ = tiny_models(quick=True, root=cache)
+    report = run_json(capsys, [*QUICK, "--model", str(target)])
+    assert report["setup"]["draft"] is None
+    for key in RATIOS:
+        if key in DRAFT_RATIOS:
+            assert report[key] is None
+            assert "draft" in report["skipped"]["ratios"][key]
+        else:
+            assert isinstance(report[key], float) and report[key] > 0
+    assert set(report["skipped"]["cases"]) == {"spectune_draft_model", "transformers_assisted"}
+    assert "spectune_draft_model" not in report["acceptance"] and "transformers_assisted" not in report["raw"]
+    assert "draft_vs_transformers" not in report["identity"]
+    assert report["identical"] is True
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["engine", "--repeats", "2"],  # a measurement needs >= 5 repeats unless --quick
+        ["engine", "--draft", "/nonexistent"],  # --draft needs --model
+        ["engine", "--gamma", "0"],
+    ],
+)
+def test_bad_arguments_exit(argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+
+
+def test_analyse_forwards_counts_drafts_like_engine_stats():
+    prompt = [7, 8, 9]
+    output = [1, 2, 3, 4, 5]
+    calls = [
+        (0, [7, 8]),  # spectune prefill of prompt[:-1]: no draft
+        (2, [9, 1, 2, 6]),  # draft [1, 2, 6]: two accepted
+        (5, [3, 4, 5, 8]),  # draft [4, 5, 8] at positions 6..8: 8 lies past the output, so 2 accepted
+    ]
+    assert analyse_forwards(calls, len(prompt), output) == {
+        "target_forwards": 3,
+        "drafts": 2,
+        "drafted": 6,
+        "accepted": 4,
+    }
+    # transformers-style first forward: the whole prompt plus a draft in one call.
+    assert analyse_forwards([(0, [7, 8, 9, 1, 9])], len(prompt), output)["accepted"] == 1
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
