@@ -46,6 +46,10 @@ class DraftModelDrafter:
         self.options = options or DraftModelOptions()
         self.vocab = resources.target.vocab_size
         self._forward = Forward(resources.draft.model)
+        self._draft_vocab = resources.draft.vocab_size
+        # A (padded) target may emit an id the smaller draft cannot embed; the draft then reads a
+        # stand-in token. Its drafts only get worse there: the target still verifies every token.
+        self._stand_in = next(iter(sorted(resources.draft.eos_token_ids)), 0)
         self._cache = new_cache(resources.draft.model)
         self._cached: list[int] = []  # tokens whose KV the draft cache holds
         self._verified = 0  # _cached[:_verified] is known to equal the session history
@@ -70,7 +74,8 @@ class DraftModelDrafter:
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for i in range(ctx.max_tokens):
-            logits, _ = self._forward(self._cache, feed)
+            ids = [t if t < self._draft_vocab else self._stand_in for t in feed]
+            logits, _ = self._forward(self._cache, ids)
             self._cached.extend(feed)
             logits = fit_vocab(logits[-1], self.vocab)  # [V_target]
             # Stop on the distribution's confidence *before* sampling: the decision then depends
