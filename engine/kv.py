@@ -10,11 +10,78 @@ import inspect
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class GrowingLayer(DynamicLayer):
+    """A full-attention KV layer that appends in place into preallocated, doubling storage.
+
+    transformers' DynamicLayer concatenates on every step, copying the whole cache each time
+    (quadratic in context length over a generation); here a step writes only its new positions,
+    and a rollback (crop) just moves the length back. `keys`/`values` stay views of the valid part.
+    """
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self._len = 0
+        self._k = key_states.new_empty(0)
+        self._v = value_states.new_empty(0)
+        self.is_initialized = True
+
+    def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
+        if self._k.dim() == 4 and needed <= self._k.shape[-2]:
+            return
+        capacity = max(needed, 2 * (self._k.shape[-2] if self._k.dim() == 4 else 0), 256)
+        b, h, _, d = key_states.shape
+        k = key_states.new_empty((b, h, capacity, d))  # [b, kv_heads, capacity, head_dim]
+        v = value_states.new_empty((b, h, capacity, value_states.shape[-1]))
+        if self._len:
+            k[:, :, : self._len] = self._k[:, :, : self._len]
+            v[:, :, : self._len] = self._v[:, :, : self._len]
+        self._k, self._v = k, v
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write the new positions after the valid ones; return views of everything valid."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self._len + key_states.shape[-2]
+        self._reserve(key_states, value_states, end)
+        self._k[:, :, self._len : end] = key_states
+        self._v[:, :, self._len : end] = value_states
+        self._len = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        """Valid positions held."""
+        return self._len if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Forget the last `-tokens_to_remove` positions (transformers >= 5 convention: negative)."""
+        if not self.is_initialized or tokens_to_remove == 0:
+            return
+        if tokens_to_remove > 0:
+            raise ValueError("GrowingLayer.crop takes a negative count of positions to remove")
+        self._len = max(0, self._len + tokens_to_remove)
+        self.keys, self.values = self._k[:, :, : self._len], self._v[:, :, : self._len]
+
+    def reset(self) -> None:
+        """Drop everything."""
+        self._len = 0
+        self.keys = self.values = None
+        self.is_initialized = False
 
 
 def new_cache(model: torch.nn.Module) -> DynamicCache:
-    """An empty dynamic KV cache for `model`."""
-    return DynamicCache(config=model.config)
+    """An empty KV cache for `model`: growing in-place layers where attention is full.
+
+    Sliding-window and other special layers keep transformers' own implementation.
+    """
+    cache = DynamicCache(config=model.config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    if cache.layer_class_to_replicate is DynamicLayer:  # configs without layer types: layers made lazily
+        cache.layer_class_to_replicate = GrowingLayer
+    return cache
 
 
 def cache_length(cache: DynamicCache) -> int:

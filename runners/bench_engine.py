@@ -176,11 +176,17 @@ def configure_assistant(draft: torch.nn.Module, gamma: int) -> None:
     num_assistant_tokens=20 and assistant_confidence_threshold=0.4); generate kwargs do not reach it.
     A threshold of 0 disables both the ConfidenceCriteria early stop (added only when > 0) and its
     ROC-based threshold adaptation (skipped when the threshold is falsy).
+
+    EOS is ignored in this benchmark, but `eos_token_id=None` passed to the target's generate does not reach
+    the assistant: its own generate treats None as unset and refills it from the assistant's generation_config,
+    so the draft would stop at an EOS token (spectune's drafter never does, and the two sides would draft
+    different amounts). Clearing the assistant's eos makes both sides do the same drafting work.
     """
     gc_ = draft.generation_config
     gc_.num_assistant_tokens = gamma
     gc_.num_assistant_tokens_schedule = "constant"
     gc_.assistant_confidence_threshold = 0.0
+    gc_.eos_token_id = None
 
 
 def build_cases(
@@ -558,6 +564,7 @@ def run_engine_bench(
                 "num_assistant_tokens": gamma,
                 "num_assistant_tokens_schedule": "constant",
                 "assistant_confidence_threshold": 0.0,
+                "eos_token_id": None,
                 "set_on": "assistant_model.generation_config",
             },
         },
