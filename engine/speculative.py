@@ -1,7 +1,9 @@
 """The decode loop: prefill, then draft -> verify -> accept -> emit -> roll back, batch size 1.
 
 Invariant kept between steps: the target KV cache holds exactly `history[:-1]`; the last emitted
-token is fed at the head of the next verification forward together with the draft:
+token is fed at the head of the next verification forward together with the draft (the first
+forward of a turn carries the whole unprefilled prompt suffix instead, so prefill and the first
+verification share one forward):
 
     forward([last] + draft)  -> logits row i scores the token after draft[:i]   (n + 1 rows)
     accept a prefix of a tokens, emit draft[:a] + [next], crop the KV to len(history) - 1
@@ -104,14 +106,12 @@ def generate(
         torch.cuda.reset_peak_memory_stats(device)
     clock = _Clock(device, stats.time_s)
 
-    # Prefix reuse: keep the KV of the longest common prefix, prefill the rest but the last token.
+    # Prefix reuse: keep the KV of the longest common prefix; the rest of the prompt is prefilled
+    # in the first forward together with the first draft (one forward fewer per turn).
     reused = session.prepare(prompt)
     history, cache, drafter, policy = session.history, session.cache, session.drafter, session.policy
     stats.prompt_tokens, stats.reused_tokens, stats.prefilled_tokens = len(prompt), reused, len(prompt) - reused
-    if len(prompt) - 1 > reused:
-        engine.forward(cache, prompt[reused:-1], keep=1)
-        stats.target_forwards += 1
-    clock.lap("prefill")
+    pending = prompt[reused:]  # tokens the target has not seen yet; later always [history[-1]]
     drafter.begin(history)
     clock.lap("draft")
 
@@ -130,13 +130,14 @@ def generate(
         clock.lap("draft")
         n = len(draft.tokens)
 
-        feed = [history[-1], *draft.tokens]
+        feed = [*pending, *draft.tokens]
         logits, hidden = engine.forward(cache, feed, keep=n + 1, hidden=drafter.needs_target_hidden)  # [n+1, V]
         max_kv = max(max_kv, len(history) + n)
+        phase = "prefill" if len(pending) > 1 else "verify"
         verdict = engine.acceptance.verify(logits, draft.tokens, draft.probs, engine.params, session.generator)
         a = verdict.accepted
         emitted, hit_stop = _cut_at_stop([*draft.tokens[:a], verdict.next_token], stop)
-        clock.lap("verify")
+        clock.lap(phase)
 
         kept = min(a, len(emitted))  # accepted draft tokens that survive the stop-token cut
         stats.target_forwards += 1
@@ -156,6 +157,7 @@ def generate(
 
         history.extend(emitted)
         generated.extend(emitted)
+        pending = [history[-1]]
         crop_cache(cache, len(history) - 1)  # roll back rejected positions
         if hidden is not None:
             session.last_hidden = hidden[len(emitted) - 1]

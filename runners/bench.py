@@ -122,7 +122,8 @@ def render(report: dict[str, Any]) -> None:
     s = report["setup"]
     kinds = [p["kind"] for p in s["prompts"]]
     console.print(
-        f"[bold]bench engine[/] device {s['device']} · threads {s['threads']} · target {_model_line(s['target'])}"
+        f"[bold]bench engine[/] device {s['device']} · threads {s['threads']} of {s['cpu_count']} CPUs"
+        f" · load {s['load_average_1m']['start']}→{s['load_average_1m']['end']} · target {_model_line(s['target'])}"
         f" · draft {_model_line(s['draft'])} · gamma {s['gamma']} · max_new_tokens {s['max_new_tokens']}"
         f" · repeats {s['repeats']} · prompts {len(kinds)} ({kinds.count('copy')} copy-heavy,"
         f" {kinds.count('free')} free) · torch {s['torch']} · transformers {s['transformers']}"

@@ -540,6 +540,10 @@ def run_engine_bench(
     setup = {
         "device": str(target.device),
         "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        # Other processes on the machine skew CPU timings (with more threads than free cores, every OpenMP
+        # barrier waits for a descheduled thread): the 1-minute load average before and after the run.
+        "load_average_1m": {"start": _load()},
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "target": model_info(target),
@@ -584,4 +588,12 @@ def run_engine_bench(
         draft_m.model if draft_m is not None else None,
         progress=progress,
     )
+    setup["load_average_1m"]["end"] = _load()
     return build_report(meas, cases, skipped, names, setup)
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not available on this platform
+        return None

@@ -1,7 +1,8 @@
 """`ngram`: prompt-lookup drafting from the session's own history.
 
 Finds the most recent earlier occurrence of the longest suffix of the history (between
-`min_match` and `max_match` tokens) and proposes the tokens that followed it. No model, no
+`min_match` and `max_match` tokens) and proposes the tokens that followed it (continuing as an
+overlapping copy when they run into the present). No model, no
 distribution: q is one-hot. Agents re-quote code and tool output, which is where this pays.
 """
 
@@ -47,14 +48,17 @@ class NgramDrafter:
         match = index.longest_match(ctx.history, self.options.max_match)
         if match.length < self.options.min_match:
             return Draft()
+        # Copy what followed the match. When the copy reaches the end of the history it goes on
+        # reading the draft itself (an overlapping copy, as in LZ77): in a repeating stretch
+        # "a b c a b c a b" the most recent match sits one period back, and the repetition
+        # continues past the history's end instead of stopping after a token or two.
+        stream = index.tokens
         tokens: list[int] = []
-        pos = match.positions[0]  # most recent
+        src = match.positions[0] + 1  # most recent match
         while len(tokens) < ctx.max_tokens:
-            tok = index.successor(pos)
-            if tok is None:
-                break
+            tok = stream[src] if src < len(stream) else tokens[src - len(stream)]
             tokens.append(tok)
-            pos += 1
+            src += 1
         return Draft(tokens=tokens, sources=[self.name] * len(tokens))
 
     def commit(self, history: list[int]) -> None:
