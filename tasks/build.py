@@ -1,0 +1,263 @@
+"""Build the offline `swe-lite` suite: mutate the bundled projects into verified bug-fix tasks.
+
+    python -m tasks.build swe-lite [--seed 0] [--projects a,b] [--per-family 12] [--out DIR]
+
+For each project, candidate mutations are drawn deterministically (seeded) per module and family,
+run against the project's tests in the sandbox, and kept when at least one test fails and the
+others pass. The failing tests become FAIL_TO_PASS and are held out of the workspace (they come
+back as `test_patch` at evaluation); the issue text comes from running the first of them as a
+script. Splits are assigned by mutation site, so no site appears in two splits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import Progress
+
+from tasks.evaluation import parse_outcomes
+from tasks.sandbox import make_sandbox
+from tasks.schema import Instance
+from tasks.swelite.diffs import file_diff, remove_functions
+from tasks.swelite.issue_text import compose_issue, innermost_frame, repro_script
+from tasks.swelite.mutations import FAMILIES, Mutation, find_mutations
+from tasks.swelite.projects import content_hash, copy_project, list_projects, project_dir, project_files
+
+DATA_DIR = Path(__file__).resolve().parent / "data" / "swe-lite"
+SPLITS = ("train", "dev", "test")
+TEST_CMD = "python -m pytest -rA --tb=no -q -p no:cacheprovider"
+MAX_FAIL_FRACTION = 0.4  # a mutation that breaks more than this share of tests is not one bug
+
+
+@dataclass
+class Candidate:
+    """One mutation of one project, before it is verified."""
+
+    project: str
+    mutation: Mutation
+    clean_source: str
+
+
+def split_of(project: str, path: str, line: int, seed: int) -> str:
+    """Split by mutation site: a stable hash of (project, file, line)."""
+    h = hashlib.sha256(f"{seed}:{project}:{path}:{line}".encode()).digest()
+    u = int.from_bytes(h[:8], "big") / 2**64
+    return "test" if u < 0.2 else "dev" if u < 0.35 else "train"
+
+
+def candidates(project: str, seed: int, per_family: int) -> list[Candidate]:
+    """Deterministic sample of mutations: up to `per_family` per family per project, distinct sites."""
+    root = project_dir(project)
+    by_family: dict[str, list[Candidate]] = defaultdict(list)
+    for rel in project_files(root):
+        if rel.suffix != ".py" or rel.parts[0] == "tests" or rel.name == "__init__.py":
+            continue
+        source = (root / rel).read_text()
+        for m in find_mutations(rel.as_posix(), source):
+            by_family[m.family].append(Candidate(project, m, source))
+    chosen: list[Candidate] = []
+    for family in FAMILIES:
+        pool = by_family.get(family, [])
+        random.Random(f"{seed}:{project}:{family}").shuffle(pool)
+        sites: set[tuple[str, int]] = set()
+        for cand in pool:
+            if len(sites) >= per_family:
+                break
+            if cand.mutation.site not in sites:
+                sites.add(cand.mutation.site)
+                chosen.append(cand)
+    return chosen
+
+
+def test_ids(project: str) -> list[str]:
+    """Every test node id of a project, in file and definition order (read from the source)."""
+    import ast
+
+    root = project_dir(project)
+    ids = []
+    for rel in project_files(root):
+        if rel.parts[0] == "tests" and rel.name.startswith("test_") and rel.suffix == ".py":
+            tree = ast.parse((root / rel).read_text())
+            ids += [f"{rel.as_posix()}::{n.name}" for n in tree.body
+                    if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    return ids
+
+
+def _heredoc(script: str) -> str:
+    return f"python - <<'SPECTUNE_REPRO_EOF'\n{script}SPECTUNE_REPRO_EOF"
+
+
+class Builder:
+    """Verifies candidates in sandboxes and turns the good ones into instances."""
+
+    def __init__(self, seed: int, sandbox: str = "local") -> None:
+        self.seed = seed
+        self.sandbox = sandbox
+        self._expected: dict[tuple[str, str], str] = {}
+
+    def _run(self, workspace: Path, command: str, timeout: float = 120.0):
+        sb = make_sandbox(self.sandbox)
+        try:
+            sb.start(workspace)
+            return sb.run(command, timeout=timeout)
+        finally:
+            sb.close()
+
+    def check_clean(self, project: str) -> list[str]:
+        """All tests of the clean project must pass; returns their ids."""
+        ids = test_ids(project)
+        with tempfile.TemporaryDirectory() as tmp:
+            ws = copy_project(project, Path(tmp) / "ws")
+            result = self._run(ws, TEST_CMD)
+        outcomes = parse_outcomes(result.output, ids)
+        bad = [t for t, o in outcomes.items() if o != "passed"]
+        if bad or not ids:
+            raise RuntimeError(
+                f"clean project {project!r} does not pass its own tests: {bad[:5]}\n{result.output[-2000:]}"
+            )
+        return ids
+
+    def _expected_output(self, project: str, script: str) -> str:
+        key = (project, script)
+        if key not in self._expected:
+            with tempfile.TemporaryDirectory() as tmp:
+                ws = copy_project(project, Path(tmp) / "ws")
+                self._expected[key] = self._run(ws, _heredoc(script)).output
+        return self._expected[key]
+
+    def verify(self, cand: Candidate, ids: list[str], project_hash: str) -> Instance | None:
+        """Run the project's tests on the mutant; an Instance if it makes a proper task."""
+        m = cand.mutation
+        mutated = m.apply(cand.clean_source)
+        root = project_dir(cand.project)
+        with tempfile.TemporaryDirectory() as tmp:
+            ws = copy_project(cand.project, Path(tmp) / "ws")
+            (ws / m.path).write_text(mutated)
+            result = self._run(ws, TEST_CMD)
+            outcomes = parse_outcomes(result.output, ids)
+            failing = [t for t in ids if outcomes[t] != "passed"]
+            if result.timed_out or not failing or len(failing) > MAX_FAIL_FRACTION * len(ids):
+                return None
+            if any(outcomes[t] in ("missing", "error") for t in failing):
+                return None  # an import/collection crash is not the kind of bug we want
+            first_file, first_name = failing[0].split("::", 1)
+            try:
+                script = repro_script((root / first_file).read_text(), first_name)
+            except ValueError:
+                return None
+            got = self._run(ws, _heredoc(script))
+        expected = self._expected_output(cand.project, script)
+        if got.output == expected or got.timed_out:
+            return None  # the script does not show the bug: no honest issue text
+        crashed = got.returncode != 0
+        frame = innermost_frame(got.output) if crashed else None
+        locatable = frame is not None and frame[0] == f"/workspace/{m.path}" and frame[1] == m.line
+        digest = hashlib.sha256(f"{cand.project}:{m.path}:{m.start}:{m.end}:{m.replacement}".encode()).hexdigest()
+        iid = f"swe-lite__{cand.project}-{digest[:10]}"
+        package = next(p for p in project_files(root) if p.parts[0] != "tests" and p.suffix == ".py").parts[0]
+        test_patch = self._test_patch(root, failing)
+        return Instance(
+            instance_id=iid,
+            repo=cand.project,
+            base_commit=project_hash,
+            problem_statement=compose_issue(iid, cand.project, package, script, expected, got.output, crashed),
+            patch=file_diff(m.path, mutated, cand.clean_source),
+            test_patch=test_patch,
+            fail_to_pass=failing,
+            pass_to_pass=[t for t in ids if t not in failing],
+            version="1",
+            bug_patch=file_diff(m.path, cand.clean_source, mutated),
+            family=m.family,
+            difficulty="locatable" if locatable else "semantic",
+        )
+
+    @staticmethod
+    def _test_patch(root: Path, failing: list[str]) -> str:
+        by_file: dict[str, set[str]] = defaultdict(set)
+        for tid in failing:
+            f, name = tid.split("::", 1)
+            by_file[f].add(name)
+        parts = []
+        for f in sorted(by_file):
+            full = (root / f).read_text()
+            parts.append(file_diff(f, remove_functions(full, by_file[f]), full))
+        return "".join(parts)
+
+
+def write_suite(instances: dict[str, list[Instance]], out: Path, seed: int, projects: dict[str, str]) -> dict:
+    """Write {split}.jsonl and manifest.json; returns the manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split in SPLITS:
+        rows = sorted(instances.get(split, []), key=lambda i: i.instance_id)
+        text = "".join(json.dumps(i.to_record(), ensure_ascii=False) + "\n" for i in rows)
+        (out / f"{split}.jsonl").write_text(text)
+        files[f"{split}.jsonl"] = hashlib.sha256(text.encode()).hexdigest()
+    manifest = {
+        "suite": "swe-lite",
+        "seed": seed,
+        "counts": {s: len(instances.get(s, [])) for s in SPLITS},
+        "families": {s: dict(sorted(Counter(i.family for i in instances.get(s, [])).items())) for s in SPLITS},
+        "difficulty": {s: dict(sorted(Counter(i.difficulty for i in instances.get(s, [])).items())) for s in SPLITS},
+        "projects": projects,
+        "files": files,
+        "content_hash": hashlib.sha256("".join(files[k] for k in sorted(files)).encode()).hexdigest(),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def build(seed: int, projects: list[str], per_family: int, out: Path, workers: int, sandbox: str) -> dict:
+    """Build the suite into `out`; returns the manifest."""
+    builder = Builder(seed, sandbox)
+    work: list[tuple[Candidate, list[str], str]] = []
+    hashes = {}
+    for project in projects:
+        ids = builder.check_clean(project)
+        hashes[project] = content_hash(project_dir(project))
+        work += [(c, ids, hashes[project]) for c in candidates(project, seed, per_family)]
+    results: list[Instance | None] = []
+    with Progress(transient=True) as progress, ThreadPoolExecutor(max_workers=workers) as pool:
+        bar = progress.add_task("verifying mutations", total=len(work))
+        for inst in pool.map(lambda w: builder.verify(*w), work):
+            results.append(inst)
+            progress.advance(bar)
+    by_split: dict[str, list[Instance]] = defaultdict(list)
+    for (cand, _, _), inst in zip(work, results, strict=True):
+        if inst is not None:
+            m = cand.mutation
+            by_split[split_of(cand.project, m.path, m.line, seed)].append(inst)
+    return write_suite(by_split, out, seed, hashes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    p = argparse.ArgumentParser(prog="python -m tasks.build", description=__doc__.split("\n\n")[0])
+    p.add_argument("suite", choices=["swe-lite"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--projects", help="comma-separated subset (default: all)")
+    p.add_argument("--per-family", type=int, default=12, help="mutation sites tried per family per project")
+    p.add_argument("--out", type=Path, default=DATA_DIR)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--sandbox", default="local")
+    args = p.parse_args(argv)
+    projects = args.projects.split(",") if args.projects else list_projects()
+    for name in projects:
+        project_dir(name)  # fails early on an unknown name
+    manifest = build(args.seed, projects, args.per_family, args.out, args.workers, args.sandbox)
+    print(json.dumps({k: manifest[k] for k in ("counts", "difficulty")}, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

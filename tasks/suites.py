@@ -1,0 +1,129 @@
+"""Load task suites through `datasets`: the bundled `swe-lite` (local JSONL) and SWE-bench Lite.
+
+`swe-lite` is frozen: its JSONL files are checked against the committed manifest on load.
+`swe-bench-lite` comes from the hub (`princeton-nlp/SWE-bench_Lite`); offline, point `path` at a
+local copy (a JSONL/JSON/Parquet file or a folder saved with `Dataset.save_to_disk`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from tasks.schema import Instance
+
+SUITES = ("swe-lite", "swe-bench-lite")
+SWE_LITE_DIR = Path(__file__).resolve().parent / "data" / "swe-lite"
+SWE_BENCH_LITE_ID = "princeton-nlp/SWE-bench_Lite"
+SWE_BENCH_LITE_SPLITS = ("dev", "test")
+
+
+class SuiteUnavailableError(RuntimeError):
+    """A suite cannot be loaded here (no hub, missing files); the message says what to do."""
+
+
+def _select(records: list[dict], limit: int | None, instance_ids: list[str] | None, where: str) -> list[Instance]:
+    instances = [Instance.from_record(r) for r in records]
+    if instance_ids:
+        wanted = set(instance_ids)
+        unknown = sorted(wanted - {i.instance_id for i in instances})
+        if unknown:
+            raise ValueError(f"unknown instance id(s) {unknown[:5]} in {where}")
+        instances = [i for i in instances if i.instance_id in wanted]
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        instances = instances[:limit]
+    return instances
+
+
+def verify_swe_lite(root: Path = SWE_LITE_DIR) -> dict:
+    """The manifest, after checking every split file's sha256 against it."""
+    manifest_path = root / "manifest.json"
+    if not manifest_path.exists():
+        raise SuiteUnavailableError(
+            f"swe-lite is not built: {manifest_path} missing; run `python -m tasks.build swe-lite`"
+        )
+    manifest = json.loads(manifest_path.read_text())
+    for name, digest in manifest["files"].items():
+        actual = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        if actual != digest:
+            raise SuiteUnavailableError(f"swe-lite file {name} does not match its manifest (sha256 {actual[:12]})")
+    return manifest
+
+
+def load_swe_lite(split: str, limit: int | None = None, instance_ids: list[str] | None = None,
+                  root: Path = SWE_LITE_DIR) -> list[Instance]:
+    """Instances of one swe-lite split, loaded with `datasets` from the committed JSONL."""
+    from datasets import load_dataset
+
+    manifest = verify_swe_lite(root)
+    if split not in manifest["counts"]:
+        raise ValueError(f"unknown swe-lite split {split!r}; allowed: {sorted(manifest['counts'])}")
+    data = load_dataset("json", data_files=str(root / f"{split}.jsonl"), split="train", keep_in_memory=True)
+    return _select(list(data), limit, instance_ids, f"swe-lite/{split}")
+
+
+def load_swe_bench_lite(split: str = "test", limit: int | None = None, instance_ids: list[str] | None = None,
+                        path: str | None = None) -> list[Instance]:
+    """SWE-bench Lite from the hub, or from `path` (a local data file or a saved dataset folder)."""
+    from datasets import Dataset, load_dataset, load_from_disk
+
+    if split not in SWE_BENCH_LITE_SPLITS:
+        raise ValueError(f"unknown swe-bench-lite split {split!r}; allowed: {list(SWE_BENCH_LITE_SPLITS)}")
+    if path:
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise SuiteUnavailableError(f"swe-bench-lite: local copy not found at {p}")
+        if p.is_dir():
+            data = load_from_disk(str(p))
+            data = data[split] if not isinstance(data, Dataset) else data
+        else:
+            kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(p.suffix)
+            if kind is None:
+                raise ValueError(f"swe-bench-lite: unsupported file type {p.suffix!r} (use .jsonl, .json or .parquet)")
+            data = load_dataset(kind, data_files=str(p), split="train", keep_in_memory=True)
+        return _select(list(data), limit, instance_ids, str(p))
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+        raise SuiteUnavailableError(_offline_message("offline mode is set (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)"))
+    reachable, why = _hub_reachable()
+    if not reachable:
+        raise SuiteUnavailableError(_offline_message(why))
+    try:
+        data = load_dataset(SWE_BENCH_LITE_ID, split=split)
+    except Exception as exc:  # datasets raises many types for "no network"; all mean the same here
+        raise SuiteUnavailableError(_offline_message(f"{type(exc).__name__}: {exc}")) from exc
+    return _select(list(data), limit, instance_ids, SWE_BENCH_LITE_ID)
+
+
+def _hub_reachable(timeout: float = 3.0) -> tuple[bool, str]:
+    """One quick TCP connect to the hub, so an offline machine fails in seconds, not after retries."""
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as exc:
+        return False, f"{host} unreachable: {exc}"
+    return True, ""
+
+
+def _offline_message(cause: str) -> str:
+    return (
+        f"swe-bench-lite: cannot reach the dataset hub for {SWE_BENCH_LITE_ID} ({cause}). "
+        "On a machine with network, run `python -c \"from datasets import load_dataset; "
+        f"load_dataset('{SWE_BENCH_LITE_ID}', split='test').to_json('swe-bench-lite-test.jsonl')\"`, "
+        "copy the file here and pass it as task.path=/path/to/swe-bench-lite-test.jsonl."
+    )
+
+
+def load_suite(name: str, split: str, limit: int | None = None, instance_ids: list[str] | None = None,
+               path: str | None = None) -> list[Instance]:
+    """Instances of a suite by name; unknown names list the allowed ones."""
+    if name == "swe-lite":
+        return load_swe_lite(split, limit, instance_ids, Path(path) if path else SWE_LITE_DIR)
+    if name == "swe-bench-lite":
+        return load_swe_bench_lite(split, limit, instance_ids, path)
+    raise ValueError(f"unknown suite {name!r}; allowed: {list(SUITES)}")

@@ -1,0 +1,1 @@
+"""The bundled offline suite `swe-lite`: small projects written for spectune, mutated into tasks."""

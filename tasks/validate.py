@@ -1,0 +1,86 @@
+"""Check a suite: the gold patch resolves every instance and the empty patch resolves none.
+
+    python -m tasks.validate swe-lite --split test [--sandbox local|docker] [--limit N]
+
+Prints a summary and exits non-zero on any mismatch. The full run is a documented command, not
+part of the default test run (it evaluates every instance twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
+from tasks.evaluation import EvaluationResult, evaluate
+from tasks.sandbox import make_sandbox
+from tasks.schema import Instance
+from tasks.suites import load_suite
+from tasks.swelite.projects import materialize
+
+
+def validate_instances(
+    instances: list[Instance], sandbox: str = "local", progress: bool = True
+) -> list[tuple[Instance, EvaluationResult, EvaluationResult]]:
+    """(instance, gold result, empty-patch result) for each instance."""
+    factory: Callable = lambda: make_sandbox(sandbox)  # noqa: E731
+    rows = []
+    items = track(instances, description="validating") if progress else instances
+    for inst in items:
+        gold = evaluate(inst, inst.patch, materialize, factory)
+        empty = evaluate(inst, "", materialize, factory)
+        rows.append((inst, gold, empty))
+    return rows
+
+
+def mismatches(rows: list[tuple[Instance, EvaluationResult, EvaluationResult]]) -> list[str]:
+    """Human-readable problems: gold not resolving, or the empty patch resolving."""
+    out = []
+    for inst, gold, empty in rows:
+        if not gold.resolved:
+            out.append(f"{inst.instance_id}: gold patch not resolved ({gold.status}: {gold.message})")
+        if empty.resolved:
+            out.append(f"{inst.instance_id}: empty patch resolves it (the task is trivial)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    p = argparse.ArgumentParser(prog="python -m tasks.validate", description=__doc__.split("\n\n")[0])
+    p.add_argument("suite", choices=["swe-lite"])
+    p.add_argument("--split", default="test")
+    p.add_argument("--sandbox", default="local", help="local | docker")
+    p.add_argument("--limit", type=int)
+    args = p.parse_args(argv)
+    instances = load_suite(args.suite, args.split, limit=args.limit)
+    rows = validate_instances(instances, args.sandbox)
+    problems = mismatches(rows)
+    console = Console()
+    table = Table(title=f"{args.suite}/{args.split} in the {args.sandbox} sandbox")
+    for col in ("family", "instances", "gold resolved", "empty resolved"):
+        table.add_column(col)
+    fams = Counter(i.family for i, _, _ in rows)
+    for fam in sorted(fams):
+        sub = [r for r in rows if r[0].family == fam]
+        table.add_row(fam, str(len(sub)), str(sum(g.resolved for _, g, _ in sub)),
+                      str(sum(e.resolved for _, _, e in sub)))
+    console.print(table)
+    times = [g.duration_s for _, g, _ in rows]
+    if times:
+        console.print(f"one evaluation: median {statistics.median(times):.2f}s, max {max(times):.2f}s")
+    diffs = Counter(i.difficulty for i, _, _ in rows)
+    console.print(f"difficulty: {dict(diffs)}")
+    for line in problems:
+        print(line, file=sys.stderr)
+    print(f"{len(rows) - len({p.split(':')[0] for p in problems})} of {len(rows)} instances valid", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
