@@ -54,7 +54,7 @@ def split_of(project: str, path: str, line: int, seed: int) -> str:
     return "test" if u < 0.2 else "dev" if u < 0.35 else "train"
 
 
-def candidates(project: str, seed: int, per_family: int) -> list[Candidate]:
+def candidates(project: str, seed: int, per_family: int, families: tuple[str, ...] = FAMILIES) -> list[Candidate]:
     """Deterministic sample of mutations: up to `per_family` per family per project, distinct sites."""
     root = project_dir(project)
     by_family: dict[str, list[Candidate]] = defaultdict(list)
@@ -65,7 +65,7 @@ def candidates(project: str, seed: int, per_family: int) -> list[Candidate]:
         for m in find_mutations(rel.as_posix(), source):
             by_family[m.family].append(Candidate(project, m, source))
     chosen: list[Candidate] = []
-    for family in FAMILIES:
+    for family in families:
         pool = by_family.get(family, [])
         random.Random(f"{seed}:{project}:{family}").shuffle(pool)
         sites: set[tuple[str, int]] = set()
@@ -216,7 +216,8 @@ def write_suite(instances: dict[str, list[Instance]], out: Path, seed: int, proj
     return manifest
 
 
-def build(seed: int, projects: list[str], per_family: int, out: Path, workers: int, sandbox: str) -> dict:
+def build(seed: int, projects: list[str], per_family: int, out: Path, workers: int = 2, sandbox: str = "local",
+          families: tuple[str, ...] = FAMILIES) -> dict:
     """Build the suite into `out`; returns the manifest."""
     builder = Builder(seed, sandbox)
     work: list[tuple[Candidate, list[str], str]] = []
@@ -224,7 +225,7 @@ def build(seed: int, projects: list[str], per_family: int, out: Path, workers: i
     for project in projects:
         ids = builder.check_clean(project)
         hashes[project] = content_hash(project_dir(project))
-        work += [(c, ids, hashes[project]) for c in candidates(project, seed, per_family)]
+        work += [(c, ids, hashes[project]) for c in candidates(project, seed, per_family, families)]
     results: list[Instance | None] = []
     with Progress(transient=True) as progress, ThreadPoolExecutor(max_workers=workers) as pool:
         bar = progress.add_task("verifying mutations", total=len(work))
@@ -249,11 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DATA_DIR)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--sandbox", default="local")
+    p.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)}")
     args = p.parse_args(argv)
+    families = tuple(args.families.split(",")) if args.families else FAMILIES
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        p.error(f"unknown families {unknown}; allowed: {list(FAMILIES)}")
     projects = args.projects.split(",") if args.projects else list_projects()
     for name in projects:
         project_dir(name)  # fails early on an unknown name
-    manifest = build(args.seed, projects, args.per_family, args.out, args.workers, args.sandbox)
+    manifest = build(args.seed, projects, args.per_family, args.out, args.workers, args.sandbox, families)
     print(json.dumps({k: manifest[k] for k in ("counts", "difficulty")}, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -53,7 +53,14 @@ def repro_script(test_module: str, test_name: str) -> str:
         raise ValueError(f"test {test_name!r} takes fixtures; cannot turn it into a script")
     body = [_AssertToPrint().visit(stmt) for stmt in fn.body]
     body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    module = ast.Module(body=[*imports, *body], type_ignores=[])
+    used = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    kept_imports = []
+    for imp in imports:  # a user's snippet imports what it uses, not the whole test module's list
+        names = [a for a in imp.names if (a.asname or a.name).split(".")[0] in used]
+        if names:
+            imp.names = names
+            kept_imports.append(imp)
+    module = ast.Module(body=[*kept_imports, *body], type_ignores=[])
     ast.fix_missing_locations(module)
     return ast.unparse(module) + "\n"
 

@@ -49,6 +49,24 @@ def content_hash(root: Path) -> str:
     return h.hexdigest()
 
 
+def mutation_site(instance: Instance) -> tuple[str, str, int]:
+    """(project, file, line) of the mutated line, read from the bug_patch (splits never share one)."""
+    path, old_line, new_line = "", 0, 0
+    for line in instance.bug_patch.splitlines():
+        if line.startswith("+++ b/"):
+            path = line[6:]
+        elif line.startswith("@@"):
+            old, new = line.split()[1:3]
+            old_line, new_line = int(old[1:].split(",")[0]), int(new[1:].split(",")[0])
+        elif line.startswith("-") and not line.startswith("---"):
+            return instance.repo, path, old_line
+        elif line.startswith("+") and not line.startswith("+++"):
+            return instance.repo, path, new_line
+        elif line.startswith(" "):
+            old_line, new_line = old_line + 1, new_line + 1
+    raise ValueError(f"{instance.instance_id}: bug_patch has no changed line")
+
+
 def copy_project(name: str, dest: Path) -> Path:
     """Copy a clean project (no caches) into `dest`."""
     src = project_dir(name)

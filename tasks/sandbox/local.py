@@ -1,0 +1,802 @@
+"""LocalSandbox: run an agent's shell commands on this machine, in Linux namespaces, as `nobody`.
+
+What it protects against -- accidents and careless or greedy code, which is what a coding agent
+produces: runaway processes and fork loops (a pids cgroup and RLIMIT_NPROC cap the number of
+processes; the whole tree, including processes that `setsid` or double-fork, dies at the timeout and
+whenever the command ends, because it lives in its own PID namespace); memory and disk hogs
+(RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_NOFILE, size-capped tmpfs); output floods (only the
+first and last halves of DEFAULT_OUTPUT_LIMIT bytes are kept, the pipe is always drained); writes
+outside the workspace (commands run as an unprivileged user with no capabilities and
+no_new_privs, the root filesystem is remounted read-only in a private mount namespace, and
+/tmp, /var/tmp, /dev/shm and /run/lock are fresh private tmpfs that vanish with the command);
+network access (a fresh network namespace with only its own loopback: no route to the host's
+127.0.0.1 or anywhere else); and secret leakage (the environment is rebuilt from a fixed list, no
+variable of the caller passes through; the project tree, root's home and anything else not
+readable by the unprivileged user are hidden or unreadable).
+
+What it does NOT protect against: a determined attacker. It shares the host kernel, so a kernel
+exploit escapes it; host files readable by `nobody` (most of /usr, /etc) stay readable; the CPU
+and the page cache are shared, so one command can slow others; RLIMIT_NPROC counts all processes
+of the unprivileged user on the machine. It is not a security boundary -- use a VM for that.
+
+How a command runs (`isolation="namespaces"`, chosen automatically when the caller is root):
+
+    unshare --mount --pid --fork --kill-child --net --uts --ipc --mount-proc   (as root)
+      bash (PID 1 of the new PID namespace, root inside it): joins the per-command pids cgroup,
+        bind-mounts the host temp dir onto /workspace, hides masked paths, mounts the tmpfs,
+        remounts / read-only, brings up the private loopback, sets the hostname "sandbox", then
+        prlimit ... -- setpriv --reuid=nobody ... --no-new-privs --bounding-set=-all
+          bash -c COMMAND   (cwd /workspace, stdout and stderr on one pipe, stdin /dev/null)
+
+When PID 1 exits the kernel kills everything else in the namespace, so a command never leaves
+processes behind; on timeout the sandbox SIGKILLs unshare's process group (which holds PID 1) and
+everything in the command's cgroup. A non-root caller gets the same through a user namespace
+(`unshare --user --map-root-user`), minus the separate user and the cgroup (see `warnings`). Where
+no namespace can be made, `isolation="none"` (or "auto" falling back) runs a plain process group
+with the same rlimits and environment and lists every protection it lacks in `warnings`; under
+CI=true a sandbox without network isolation refuses to start.
+
+Observations are deterministic: the workspace is always at /workspace, /tmp is empty and the
+hostname fixed at every command, PYTHONHASHSEED=0, no pytest cache, and pytest's session timing is
+stripped from its summary line (`normalize_output`). The baseline and `diff()` live in a git
+directory outside the workspace that the command cannot touch (the workspace also gets its own
+`.git` with the same baseline commit, for the agent's `git diff`/`git status`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import pwd
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.sandbox.base import DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
+from tasks.sandbox.limits import Limits, OutputCapture
+from tasks.sandbox.local_cgroup import PidsCgroup
+
+ISOLATION_MODES = ("auto", "namespaces", "none")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # hidden from commands by default
+HOSTNAME = "sandbox"
+FIXED_DATE = "2000-01-01T00:00:00+0000"
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "spectune",
+    "GIT_AUTHOR_EMAIL": "spectune@localhost",
+    "GIT_AUTHOR_DATE": FIXED_DATE,
+    "GIT_COMMITTER_NAME": "spectune",
+    "GIT_COMMITTER_EMAIL": "spectune@localhost",
+    "GIT_COMMITTER_DATE": FIXED_DATE,
+}
+# `git -c` settings for every git the sandbox runs itself (as root, on the host): no hooks, no
+# fsmonitor, no line-ending conversion, no signing, stable abbreviations.
+GIT_CONFIG = (
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "core.abbrev=12",
+    "core.quotePath=true",
+    "commit.gpgsign=false",
+    "gc.auto=0",
+    "init.defaultBranch=main",
+    "safe.directory=*",
+)
+# Directories every user may write: in the namespace each becomes a private, size-capped tmpfs.
+TMPFS_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READY = b"SPECTUNE-SANDBOX-READY"
+
+# pytest's final summary line ends with the session's wall time: "=== 3 passed, 1 warning in
+# 0.12s ===", "3 passed in 0.12s" (-q), "=== 1 failed in 75.02s (0:01:15) ===", "no tests ran in
+# 0.01s". The time, and the `=` padding whose width depends on it, vary from run to run;
+# normalize_output rewrites such lines to "=== 3 passed, 1 warning ===" / "3 passed".
+PYTEST_SUMMARY_RE = re.compile(
+    r"^(?P<eq>=+ )?"
+    r"(?P<counts>(?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)(?:, )?)+"
+    r"|no tests ran)"
+    r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?(eq) =+)$",
+    re.MULTILINE,
+)
+
+
+def normalize_output(text: str) -> str:
+    """Strip pytest's session time from its summary lines (see PYTEST_SUMMARY_RE)."""
+
+    def repl(m: re.Match[str]) -> str:
+        return f"=== {m['counts']} ===" if m["eq"] else m["counts"]
+
+    return PYTEST_SUMMARY_RE.sub(repl, text)
+
+
+def command_env(extra_path: str | None = None, home: str = "/tmp") -> dict[str, str]:
+    """The whole environment of a command: fixed values only, nothing inherited from the caller.
+
+    PATH starts with the directory of the running interpreter (so `python` and `python -m pytest`
+    are this project's venv), then /usr/local/bin:/usr/bin:/bin.
+    """
+    bindir = extra_path if extra_path is not None else os.path.dirname(os.path.abspath(sys.executable))
+    path = [bindir, "/usr/local/bin", "/usr/bin", "/bin"]
+    env = {
+        "PATH": ":".join(dict.fromkeys(p for p in path if p)),
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+        "COLUMNS": "80",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",  # prints and tracebacks interleave in the order they happen
+        "PYTEST_ADDOPTS": "-p no:cacheprovider",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    env.update(GIT_IDENTITY)
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# host helpers
+
+
+def _which(name: str, path: str = SBIN_PATH) -> str | None:
+    return shutil.which(name, path=path)
+
+
+def _need(name: str) -> str:
+    found = _which(name)
+    if found is None:
+        raise SandboxError(f"`{name}` not found in {SBIN_PATH}; install util-linux/iproute2/git (apt-get install ...)")
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(argv: tuple[str, ...]) -> str | None:
+    """Run a namespace probe once per process; None if it worked, else why not."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=20, env={"PATH": SBIN_PATH}, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if proc.returncode != 0:
+        return proc.stderr.decode(errors="replace").strip() or f"exit status {proc.returncode}"
+    return None
+
+
+def _may(st: os.stat_result, uid: int, gids: set[int], bits: int) -> bool:
+    """Whether `uid` with groups `gids` has all of `bits` (a combination of 4, 2, 1) on `st`."""
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        mode = st.st_mode >> 6
+    elif st.st_gid in gids:
+        mode = st.st_mode >> 3
+    else:
+        mode = st.st_mode
+    return (mode & bits) == bits
+
+
+def _blocked_at(path: str, uid: int, gids: set[int]) -> str | None:
+    """The first directory on the way to `path` (itself included) that `uid` cannot enter or list."""
+    real = os.path.realpath(path)
+    parts = Path(real).parts
+    for i in range(1, len(parts) + 1):
+        sub = os.path.join(*parts[:i])
+        try:
+            st = os.stat(sub)
+        except OSError:
+            return None
+        need = 5 if i == len(parts) else 1
+        if not _may(st, uid, gids, need):
+            return sub
+    return None
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    return sorted(p for p in paths if not any(q != p and _within(p, q) for q in paths))
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func: Any, p: str, exc: Any) -> None:  # a read-only dir made by the command
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+
+    if path.exists():
+        shutil.rmtree(path, onerror=onerror)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+@dataclass
+class _Resources:
+    """What close() (or the garbage collector, via weakref.finalize) must release."""
+
+    host_root: Path | None = None
+    cgroup: PidsCgroup | None = None
+    procs: set[subprocess.Popen[bytes]] = field(default_factory=set)
+
+
+def _release(res: _Resources) -> None:
+    for proc in list(res.procs):
+        _kill_group(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        res.procs.discard(proc)
+    if res.cgroup is not None:
+        res.cgroup.close()
+        res.cgroup = None
+    if res.host_root is not None:
+        _rmtree(res.host_root)
+        res.host_root = None
+
+
+@dataclass(frozen=True)
+class _Mask:
+    """A host directory replaced, inside the namespace, by an empty skeleton with `exposed` re-bound."""
+
+    path: str
+    exposed: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+class LocalSandbox:
+    """One workspace on this machine; see the module docstring for what it does and does not stop.
+
+    Options (all keyword-only):
+      user: who runs commands when the caller is root: a user name or uid (default "nobody");
+        the group is that user's primary group, supplementary groups are cleared.
+      isolation: "auto" (namespaces if possible, else the plain fallback with warnings),
+        "namespaces" (raise SandboxError if they cannot be made) or "none" (force the fallback).
+      limits: a `Limits`; any of its fields may also be given directly (max_processes=64,
+        output_limit=..., address_space=None, ...).
+      hidden_paths: host directories replaced by empty ones inside the sandbox; default: the
+        project tree (PROJECT_ROOT: the harness, task data and hidden tests). Paths the
+        interpreter needs are re-exposed read-only.
+      expose_paths: extra host paths commands must be able to read although something on their
+        way is not readable by `user` (the interpreter's own prefixes are exposed automatically).
+      base_dir: where the host temp dir is made (default: tempfile's default, e.g. /tmp).
+      use_cgroup: False skips the pids cgroup (RLIMIT_NPROC still applies).
+
+    Attributes: `network_isolated` (bool), `isolation` (the mode in use: "namespaces",
+    "userns" or "none"), `warnings` (list of str: every protection that is missing here),
+    `host_path` (the workspace on the host, after start()).
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        user: str | int = "nobody",
+        isolation: str = "auto",
+        limits: Limits | None = None,
+        hidden_paths: list[str] | tuple[str, ...] | None = None,
+        expose_paths: list[str] | tuple[str, ...] = (),
+        base_dir: str | Path | None = None,
+        use_cgroup: bool = True,
+        **limit_overrides: Any,
+    ) -> None:
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
+        fields = {f.name for f in dataclasses.fields(Limits)}
+        unknown = set(limit_overrides) - fields
+        if unknown:
+            raise TypeError(f"unknown LocalSandbox option(s): {sorted(unknown)}; limits are {sorted(fields)}")
+        self.limits = dataclasses.replace(limits or Limits(), **limit_overrides)
+        self.warnings: list[str] = []
+        self._base_dir = Path(base_dir) if base_dir is not None else None
+        self._hidden = (str(PROJECT_ROOT),) if hidden_paths is None else tuple(hidden_paths)
+        self._expose = tuple(expose_paths)
+        self._res = _Resources()
+        self._finalizer = weakref.finalize(self, _release, self._res)
+        self._closed = False
+        self._started = False
+        self._counter = 0
+        self._baseline = ""
+        self.host_path: Path | None = None
+
+        self._bash = _need("bash")
+        self._git_exe = _need("git")
+        self._prlimit = _need("prlimit")
+        self._unshare = _which("unshare")
+        self._setpriv = _which("setpriv")
+        self._mount = _which("mount")
+        self._ip = _which("ip")
+        self._hostname = _which("hostname")
+
+        # who runs commands
+        self._root = os.geteuid() == 0
+        if self._root:
+            try:
+                pw = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user)
+            except KeyError:
+                raise SandboxError(
+                    f"user {user!r} does not exist; pass user=<name or uid> of an unprivileged user"
+                ) from None
+            self.uid, self.gid = pw.pw_uid, pw.pw_gid
+            if self.uid == 0:
+                raise SandboxError("user must be unprivileged (uid != 0): commands would run as root")
+            if self._setpriv is None:
+                raise SandboxError("`setpriv` (util-linux) is needed to drop privileges; apt-get install util-linux")
+        else:
+            self.uid, self.gid = os.getuid(), os.getgid()
+            if user not in ("nobody", self.uid):
+                self.warnings.append(f"not root: commands run as the caller (uid {self.uid}), not as {user!r}")
+
+        # which isolation works here
+        self.isolation = "none"
+        why_not = "forced by isolation='none'"
+        if isolation != "none":
+            if self._unshare is None or self._mount is None:
+                why_not = "`unshare`/`mount` (util-linux) not found"
+            else:
+                why_not = _probe((self._unshare, *self._ns_flags(userns=not self._root), _need("true"))) or ""
+                if not why_not:
+                    self.isolation = "namespaces" if self._root else "userns"
+            if self.isolation == "none" and isolation == "namespaces":
+                raise SandboxError(
+                    f"namespaces unavailable: {why_not}. Run as root, enable user namespaces "
+                    "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces), or pass isolation='none'"
+                )
+        self.network_isolated = self.isolation != "none"
+        if os.environ.get("CI", "").lower() == "true" and not self.network_isolated:
+            raise SandboxError(
+                f"CI=true requires network isolation, but `unshare --net` does not work here ({why_not}); "
+                "run the tests as root or where user namespaces are allowed"
+            )
+
+        if self.isolation == "none":
+            self.warnings += [
+                f"no namespaces ({why_not}): the network is NOT isolated",
+                "no mount namespace: commands see the real host filesystem, /tmp is the host's, "
+                "and they run in the host temp dir, not at /workspace (paths in output vary)",
+                "no PID namespace: a process that leaves the command's process group survives the "
+                "timeout unless the pids cgroup catches it",
+            ]
+            if not self._root:
+                self.warnings.append("not root: commands run as the caller and can write wherever the caller can")
+        elif self.isolation == "userns":
+            self.warnings.append(
+                f"user namespace without root: commands run as the caller (uid {self.uid}) with no capabilities, "
+                "so host files the caller can write outside the read-only root stay writable"
+            )
+            if not Path(WORKSPACE).is_dir():
+                self.warnings.append(
+                    f"{WORKSPACE} does not exist and only root can create it: commands run in the "
+                    "host temp dir instead (paths in output vary)"
+                )
+        if self.isolation == "namespaces":
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(WORKSPACE, 0o755)  # empty mount point; the workspace is bind-mounted on it
+        if self.isolation != "none" and self._ip is None:
+            self.warnings.append(
+                "`ip` (iproute2) not found: the private loopback stays down, so servers on "
+                "127.0.0.1 inside a command are unreachable"
+            )
+
+        self._masks = self._plan_masks()
+
+        # the pids cgroup (last: nothing after it may fail and leave it behind until the finalizer)
+        if use_cgroup:
+            self._res.cgroup, how = PidsCgroup.create()
+            self.cgroup_info = how
+            if self._res.cgroup is None:
+                self.warnings.append(
+                    f"no pids cgroup ({how}): the process cap is RLIMIT_NPROC only, which counts "
+                    f"every process of uid {self.uid} on this machine"
+                )
+        else:
+            self.cgroup_info = "disabled (use_cgroup=False)"
+            self.warnings.append("pids cgroup disabled: the process cap is RLIMIT_NPROC only")
+
+    # -- construction helpers --------------------------------------------------------------------
+
+    @staticmethod
+    def _ns_flags(userns: bool) -> list[str]:
+        flags = ["--user", "--map-root-user"] if userns else []
+        return [
+            *flags,
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--net",
+            "--uts",
+            "--ipc",
+            "--mount-proc",
+        ]
+
+    def _interpreter_paths(self) -> set[str]:
+        cands = {
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            sys.base_exec_prefix,
+            os.path.dirname(os.path.abspath(sys.executable)),
+            os.path.dirname(os.path.realpath(sys.executable)),
+        }
+        return {os.path.realpath(p) for p in cands if p and os.path.exists(p)}
+
+    def _plan_masks(self) -> list[_Mask]:
+        """Which host dirs to hide inside the namespace, and what to re-expose under each."""
+        gids = {self.gid}
+        needed = self._interpreter_paths() | {os.path.realpath(p) for p in self._expose}
+        if self.isolation == "none":
+            for p in sorted(needed):
+                if _blocked_at(p, self.uid, gids):
+                    self.warnings.append(f"{p} is not readable by uid {self.uid}: `python` may not run in commands")
+            return []
+        masks: set[str] = set()
+        for p in self._hidden:
+            real = os.path.realpath(p)
+            if real == "/" or any(_within(d, real) for d in (*TMPFS_DIRS, "/proc", "/dev", "/sys", WORKSPACE)):
+                raise SandboxError(f"cannot hide {p}: it contains a directory the sandbox needs")
+            if os.path.isdir(real):
+                masks.add(real)
+        if self.isolation == "namespaces":  # the user differs from the caller: make the interpreter reachable
+            for p in needed:
+                blocked = _blocked_at(p, self.uid, gids)
+                if blocked and blocked != p and blocked != "/":
+                    masks.add(blocked)
+                elif blocked:
+                    self.warnings.append(f"{p} is not readable by uid {self.uid}; pass expose_paths or change its mode")
+        masks -= needed  # a needed path is never hidden itself
+        out = []
+        for m in _outermost(masks):
+            exposed = _outermost({p for p in needed if _within(p, m) and p != m})
+            out.append(_Mask(m, tuple(exposed)))
+        return out
+
+    # -- Sandbox protocol ------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, source: Path | str) -> None:
+        """Copy `source` (without any .git) into a fresh host temp dir and commit it as the baseline."""
+        if self._closed:
+            raise SandboxError("sandbox is closed; make a new one")
+        if self._started:
+            raise SandboxError("sandbox already started; make a new one per workspace")
+        source = Path(source)
+        if not source.is_dir():
+            raise SandboxError(f"source {source} is not a directory")
+        root = Path(tempfile.mkdtemp(prefix="spectune-local-", dir=self._base_dir))
+        self._res.host_root = root
+        # the plain fallback runs commands in the host dir itself: the user must be able to reach it
+        os.chmod(root, 0o711 if self.isolation == "none" else 0o700)
+        ws = root / "workspace"
+        try:
+            shutil.copytree(source, ws, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        except (OSError, shutil.Error) as exc:
+            raise SandboxError(f"cannot copy {source} into the sandbox: {exc}") from exc
+        self.host_path = ws
+        self._git_dir = root / "baseline.git"
+        # the command's own repository (for `git diff` inside) and the sandbox's, out of reach
+        self._git(["init", "-q", "--template="], cwd=ws, git_dir=None)
+        self._git(["add", "-A"], cwd=ws, git_dir=None)
+        self._git(["commit", "-q", "--no-verify", "--allow-empty", "-m", "baseline"], cwd=ws, git_dir=None)
+        self._git(["init", "-q", "--template="])
+        self._git(["add", "-A"])
+        self._git(["commit", "-q", "--no-verify", "--allow-empty", "-m", "baseline"])
+        self._baseline = self._git(["rev-parse", "HEAD"]).strip()
+        if self._root and self.uid != 0:
+            subprocess.run(["chown", "-R", "-h", f"{self.uid}:{self.gid}", str(ws)], check=True)
+        if self.isolation != "none":
+            self._write_fstab(root)
+        self._started = True
+
+    def run(self, command: str, timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+        """Run `bash -c command` in the workspace; see the module docstring for how."""
+        if not self._started or self._closed:
+            raise SandboxError("sandbox not started (call start(source) first) or already closed")
+        if not (isinstance(timeout, int | float) and 0 < timeout < 10**7):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if "\0" in command:  # cannot be passed to bash at all: the command's own error, not the sandbox's
+            return CommandResult(returncode=2, output="sandbox: the command contains a NUL byte\n")
+        self._counter += 1
+        cg = self._res.cgroup
+        child = None
+        if cg is not None:
+            try:
+                child = cg.child(f"cmd-{self._counter}", self.limits.max_processes)
+            except OSError as exc:
+                raise SandboxError(f"cannot create the command's cgroup under {cg.parent}: {exc}") from exc
+        status_r, status_w = os.pipe()
+        argv, env = self._command_line(status_w, timeout, child)
+        argv.append(command)
+        capture = OutputCapture(self.limits.output_limit)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                pass_fds=(status_w,),
+            )
+        except OSError as exc:
+            os.close(status_r)
+            os.close(status_w)
+            if child is not None:
+                cg.remove(child)  # type: ignore[union-attr]
+            raise SandboxError(f"cannot start {argv[0]}: {exc}") from exc
+        os.close(status_w)
+        self._res.procs.add(proc)
+        try:
+            timed_out, status = self._communicate(proc, status_r, capture, t0 + timeout, child)
+        finally:
+            os.close(status_r)
+            if proc.stdout is not None:
+                proc.stdout.close()
+            if proc.returncode is None:
+                self._kill(proc, child)
+                proc.wait()
+            self._res.procs.discard(proc)
+            if child is not None and cg is not None:
+                cg.remove(child)
+        duration = time.monotonic() - t0
+        raw, truncated = capture.result()
+        if not status.endswith(READY) and not timed_out:
+            raise SandboxError(
+                f"sandbox setup failed before the command ran (exit {proc.returncode}): "
+                f"{status.decode(errors='replace').strip() or raw.decode(errors='replace').strip()}"
+            )
+        return CommandResult(
+            returncode=None if timed_out else proc.returncode,
+            output=normalize_output(raw.decode("utf-8", errors="replace")),
+            timed_out=timed_out,
+            truncated=truncated,
+            duration_s=duration,
+        )
+
+    def diff(self) -> str:
+        """`git add -A` + `git diff --cached` against the baseline, in the sandbox's own git dir."""
+        if not self._started or self._closed:
+            raise SandboxError("sandbox not started (call start(source) first) or already closed")
+        self._git(["add", "-A"])
+        return self._git(
+            [
+                "diff",
+                "--cached",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--no-renames",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                self._baseline,
+            ]
+        )
+
+    def close(self) -> None:
+        """Kill anything left, remove the cgroup and the host temp dir. Safe to call twice."""
+        self._closed = True
+        self._finalizer()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _git(self, args: list[str], cwd: Path | None = None, git_dir: Path | bool | None = True) -> str:
+        """Run git as the caller on the host, with no user/system config, hooks or fsmonitor."""
+        cmd = [self._git_exe]
+        for c in GIT_CONFIG:
+            cmd += ["-c", c]
+        if git_dir is True:
+            cmd += [f"--git-dir={self._git_dir}", f"--work-tree={self.host_path}"]
+            cwd = self.host_path
+        env = {
+            "PATH": SBIN_PATH,
+            "HOME": str(self._res.host_root),
+            "LC_ALL": "C",
+            "TZ": "UTC",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            **GIT_IDENTITY,
+        }
+        try:
+            proc = subprocess.run(
+                [*cmd, *args], cwd=cwd, env=env, capture_output=True, timeout=600, stdin=subprocess.DEVNULL
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxError(f"git {' '.join(args)} failed: {exc}") from exc
+        if proc.returncode != 0:
+            raise SandboxError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
+        return proc.stdout.decode("utf-8", errors="replace")
+
+    def _write_fstab(self, root: Path) -> None:
+        """The mounts every command gets, for one `mount -a -T fstab` (one exec instead of ten).
+
+        In order: the workspace onto /workspace; for each masked dir, its re-exposed paths bound
+        read-only into an empty root-owned skeleton, then the skeleton recursively onto the masked
+        dir; last, a private tmpfs on each world-writable dir (this hides the host temp dir, so it
+        comes after every mount whose source lies in it). The root is remounted read-only after.
+        """
+
+        def esc(path: str) -> str:
+            return path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+
+        lines = []
+        self._fstab_has_workspace = Path(WORKSPACE).is_dir()
+        if self._fstab_has_workspace:
+            lines.append(f"{esc(str(self.host_path))} {WORKSPACE} none bind 0 0")
+        masks = sorted(self._masks, key=lambda m: _within(str(root), m.path))  # one hiding our dir: last
+        skels = []
+        for i, mask in enumerate(masks):
+            skel = root / "skel" / str(i)
+            skel.mkdir(parents=True)
+            for e in mask.exposed:
+                target = skel / os.path.relpath(e, mask.path)
+                target.mkdir(parents=True, exist_ok=True)
+                lines.append(f"{esc(e)} {esc(str(target))} none bind,ro 0 0")
+            skels.append((mask, skel))
+        for dirpath, dirnames, _ in os.walk(root / "skel"):
+            os.chmod(dirpath, 0o755)
+            for d in dirnames:
+                os.chmod(os.path.join(dirpath, d), 0o755)
+        for mask, skel in skels:
+            lines.append(f"{esc(str(skel))} {esc(mask.path)} none rbind 0 0")
+        size = self.limits.tmpfs_size
+        for d in TMPFS_DIRS:
+            if os.path.isdir(d) and not os.path.islink(d):
+                # a source name of our own: `mount -a` skips an entry whose source+target is mounted
+                lines.append(f"spectune-tmpfs {d} tmpfs mode=1777,nosuid,nodev,size={size} 0 0")
+        self._fstab = root / "fstab"
+        self._fstab.write_text("\n".join(lines) + "\n")
+
+    def _command_line(self, status_fd: int, timeout: float, child: Path | None) -> tuple[list[str], dict[str, str]]:
+        q = shlex.quote
+        fd = status_fd
+        setup: list[str] = []
+        if child is not None:
+            setup.append(f"echo 0 > {q(str(child / 'cgroup.procs'))}")
+        ws_host = str(self.host_path)
+        env = command_env()
+        if self.isolation == "none":
+            cwd = ws_host
+            home = Path(str(self._res.host_root)) / "home"
+            tmp = Path(str(self._res.host_root)) / "tmp"
+            for d in (home, tmp):
+                d.mkdir(exist_ok=True, mode=0o700)
+                if self._root:
+                    os.chown(d, self.uid, self.gid)
+            env = {**command_env(home=str(home)), "TMPDIR": str(tmp)}
+            argv_prefix: list[str] = []
+        else:
+            mount = q(self._mount or "mount")
+            cwd = WORKSPACE if self._fstab_has_workspace else ws_host
+            setup.append(f"{mount} -a -T {q(str(self._fstab))}")
+            setup.append(f"{mount} -o remount,bind,ro /")
+            if self._ip:
+                setup.append(f"{q(self._ip)} link set lo up")
+            # as root a write to /proc is enough (no exec); in a user namespace only sethostname(2) is allowed
+            fallback = f"{q(self._hostname)} {HOSTNAME}" if self._hostname else ":"
+            setup.append(f"{{ echo {HOSTNAME} > /proc/sys/kernel/hostname; }} 2>/dev/null || {fallback}")
+            argv_prefix = [self._unshare or "unshare", *self._ns_flags(userns=self.isolation == "userns")]
+        run = self.limits.prlimit_args(self._prlimit, timeout)
+        if self.isolation == "namespaces" or (self.isolation == "none" and self._root):
+            run += [
+                self._setpriv or "setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.gid}",
+                "--clear-groups",
+                "--no-new-privs",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        elif self.isolation == "userns" and self._setpriv:
+            run += [self._setpriv, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+        run += [self._bash, "-c", '"$1"']
+        script = "\n".join(
+            [
+                "set -e",
+                "{",
+                *(f"  {line}" for line in setup),
+                "  :",
+                f"}} >&{fd} 2>&{fd}",
+                f"printf {READY.decode()} >&{fd}",
+                f"exec {fd}>&-",
+                "set +e",
+                f"cd {q(cwd)}",
+                " ".join(q(a) if a != '"$1"' else a for a in run),
+                "exit $?",  # not the script's last command: bash would exec it, making it PID 1
+            ]
+        )
+        argv = [*argv_prefix, self._bash, "--norc", "--noprofile", "-c", script, "spectune-init"]
+        return argv, env
+
+    def _kill(self, proc: subprocess.Popen[bytes], child: Path | None) -> None:
+        _kill_group(proc)
+        if child is not None and self._res.cgroup is not None:
+            self._res.cgroup.kill(child)
+
+    def _communicate(
+        self,
+        proc: subprocess.Popen[bytes],
+        status_fd: int,
+        capture: OutputCapture,
+        deadline: float,
+        child: Path | None,
+    ) -> tuple[bool, bytes]:
+        """Drain output and status until both close or the deadline passes. (timed_out, status)."""
+        assert proc.stdout is not None
+        out_fd = proc.stdout.fileno()
+        status = bytearray()
+        sel = selectors.DefaultSelector()
+        sel.register(out_fd, selectors.EVENT_READ)
+        sel.register(status_fd, selectors.EVENT_READ)
+        open_fds = {out_fd, status_fd}
+        # Without a PID namespace, background processes of a finished command may hold the pipe
+        # open; poll for the shell's exit so they are killed then rather than at the timeout.
+        tick = 0.05 if self.isolation == "none" else None
+        timed_out = False
+        exited_at: float | None = None
+
+        def pump(wait: float) -> None:
+            for key, _ in sel.select(wait):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    sel.unregister(key.fd)
+                    open_fds.discard(key.fd)
+                elif key.fd == out_fd:
+                    capture.feed(data)
+                else:
+                    status.extend(data)
+
+        try:
+            while open_fds:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                pump(min(remaining, tick) if tick else remaining)
+                if tick and exited_at is None and proc.poll() is not None:
+                    exited_at = time.monotonic()
+                    self._kill(proc, child)  # leftovers of a finished command
+            if not timed_out:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+            if timed_out:
+                self._kill(proc, child)
+                end = time.monotonic() + 5.0
+                while open_fds and time.monotonic() < end:
+                    pump(0.1)
+                proc.wait()
+        finally:
+            sel.close()
+        return timed_out, bytes(status)
