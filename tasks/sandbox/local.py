@@ -453,6 +453,14 @@ class LocalSandbox:
                 if _blocked_at(p, self.uid, gids):
                     self.warnings.append(f"{p} is not readable by uid {self.uid}: `python` may not run in commands")
             return []
+        under_tmpfs = sorted(p for p in needed if any(_within(p, d) for d in TMPFS_DIRS))
+        if under_tmpfs:
+            # Commands get a private tmpfs on these dirs, which would hide the interpreter itself.
+            raise SandboxError(
+                f"the Python environment {under_tmpfs[0]} lies under {', '.join(TMPFS_DIRS)}, which every "
+                "command sees as a fresh private tmpfs; create the virtual environment elsewhere "
+                "(e.g. python3 -m venv ~/.venvs/spectune) or use isolation='none'"
+            )
         masks: set[str] = set()
         for p in self._hidden:
             real = os.path.realpath(p)
