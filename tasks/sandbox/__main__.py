@@ -1,0 +1,81 @@
+"""`python -m tasks.sandbox build-image | status`: the docker sandbox's image and daemon.
+
+    python -m tasks.sandbox status
+    python -m tasks.sandbox build-image [--tag spectune-sandbox:latest] [--offline | --dockerfile]
+
+build-image picks `--dockerfile` (docker build, FROM debian:bookworm-slim) when Docker Hub answers
+within 3 s and `--offline` (debootstrap from the host's Debian mirror + docker import, cached under
+~/.cache/spectune/rootfs) otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tasks.sandbox.base import SandboxError
+from tasks.sandbox.image import DEFAULT_TAG, build_image, image_exists
+
+
+def _status(args: argparse.Namespace) -> int:
+    from tasks.sandbox.docker import BUILD_HELP, connect, host_python_paths
+
+    try:
+        client = connect(args.base_url)
+    except SandboxError as e:
+        print(f"daemon: unreachable\n  {e}")
+        return 1
+    version = client.version()
+    print(f"daemon: reachable (Docker {version.get('Version', '?')}, API {version.get('ApiVersion', '?')})")
+    if image_exists(client, args.tag):
+        image = client.images.get(args.tag)
+        built_by = (image.labels or {}).get("org.spectune.sandbox.built-by", "unknown")
+        size = image.attrs.get("Size", 0) / 2**20
+        print(f"image: {args.tag} present ({image.short_id}, {size:.0f} MiB, built by {built_by})")
+        code = 0
+    else:
+        print(f"image: {args.tag} missing. {BUILD_HELP}")
+        code = 1
+    for host, inside in host_python_paths():
+        print(f"host python mount: {host} -> {inside} (read-only)")
+    return code
+
+
+def _build(args: argparse.Namespace) -> int:
+    from tasks.sandbox.docker import connect
+
+    try:
+        client = connect(args.base_url)
+    except SandboxError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    mode = "offline" if args.offline else "dockerfile" if args.dockerfile else "auto"
+    try:
+        build_image(client, args.tag, mode)
+    except Exception as e:
+        print(f"error: building {args.tag} failed: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.sandbox", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--base-url", default=None, help="Docker daemon address (default: DOCKER_HOST or the local socket)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build-image", help="build the docker sandbox's image")
+    build.add_argument("--tag", default=DEFAULT_TAG)
+    how = build.add_mutually_exclusive_group()
+    how.add_argument("--offline", action="store_true", help="debootstrap + docker import (no registry needed)")
+    how.add_argument("--dockerfile", action="store_true", help="docker build of tasks/sandbox/Dockerfile")
+    build.set_defaults(func=_build)
+    status = sub.add_parser("status", help="is a daemon reachable, does the image exist")
+    status.add_argument("--tag", default=DEFAULT_TAG)
+    status.set_defaults(func=_status)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,677 @@
+"""The docker sandbox: one locked-down container per workspace.
+
+Each `DockerSandbox` owns one container of the sandbox image (`python -m tasks.sandbox
+build-image`): no network (`network_mode="none"`: not even the host's 127.0.0.1), capped memory
+(no swap), CPUs and processes (`pids_limit`), a read-only root filesystem with a private tmpfs at
+/tmp, no capabilities, no privilege gain, docker-init reaping orphans and a long-lived
+`sleep infinity` as the main process. `start(source)` copies `source` (without .git) into
+/workspace, an anonymous volume owned by the sandbox user (65534), and commits a baseline with
+fixed names and dates twice: in /workspace/.git for the agent, and in a root-only tmpfs
+(/run/spectune) for `diff()`, out of the agent's reach. Every `run` is a `docker exec` of
+`bash -c` as the sandbox user in /workspace, under the same `prlimit` limits as the local sandbox.
+
+Observations are byte-for-byte those of the local sandbox: the host's Python installation
+(`sys.base_prefix`, and the virtual environment at `sys.prefix`) is bind-mounted read-only at the
+same paths, so `python -m pytest` inside is the host's interpreter with the host's packages, on a
+Debian bookworm image (the host's OS, so the interpreter's shared libraries are there); the
+environment is a fixed list (`sandbox_env`), nothing inherited; stdout and stderr share one pipe;
+pytest's session timing is stripped from its summary lines (`strip_pytest_timing`). What differs:
+`ps` shows the container's init, its `sleep` and the wrapper below; RLIMIT_NPROC is not set
+(`pids_limit` counts per container, where RLIMIT_NPROC would count the uid's processes in every
+container and on the host alike).
+
+A command's process tree dies with it: `timeout --kill-after` ends the command at its timeout,
+then the wrapper kills every process of the sandbox user (`kill -KILL -1`), which also takes
+`setsid` grandchildren and background jobs; a client-side deadline repeats the kill from a second
+exec as a backstop, and restarts the container as a last resort (the workspace volume survives).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
+from tasks.sandbox.image import DEFAULT_TAG
+
+DEFAULT_IMAGE = DEFAULT_TAG
+SANDBOX_UID = 65534  # nobody: owns the image's /workspace
+KILL_AFTER_S = 2  # `timeout --kill-after`: SIGKILL this long after SIGTERM
+BACKSTOP_S = 10.0  # client-side deadline beyond timeout + KILL_AFTER_S
+PING_TIMEOUT_S = 3.0
+API_TIMEOUT_S = 120.0
+DIFF_LIMIT = 256 * 2**20  # a longer diff is an error, never silently cut
+GIB = 1024**3
+MIB = 1024**2
+BASELINE_DIR = "/run/spectune"  # root-only tmpfs: the sandbox's own baseline repository
+BASELINE_GIT = f"{BASELINE_DIR}/baseline.git"
+
+# Fixed identity and dates: the baseline commit's id depends only on the files, and an agent's own
+# commits are reproducible.
+FIXED_DATE = "2000-01-01T00:00:00+0000"
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "spectune",
+    "GIT_AUTHOR_EMAIL": "spectune@localhost",
+    "GIT_AUTHOR_DATE": FIXED_DATE,
+    "GIT_COMMITTER_NAME": "spectune",
+    "GIT_COMMITTER_EMAIL": "spectune@localhost",
+    "GIT_COMMITTER_DATE": FIXED_DATE,
+}
+# `git -c` settings for every git the sandbox itself runs: no hooks, no fsmonitor, no line-ending
+# conversion, no signing, stable abbreviations.
+GIT_CONFIG = (
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "core.abbrev=12",
+    "core.quotePath=true",
+    "commit.gpgsign=false",
+    "gc.auto=0",
+    "init.defaultBranch=main",
+    "safe.directory=*",
+)
+DIFF_FLAGS = (
+    "--cached",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-renames",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+)
+
+START_HELP = (
+    "Start a Docker daemon: `apt-get install -y docker.io && (dockerd > /tmp/dockerd.log 2>&1 &)` "
+    "(or `systemctl start docker`), wait for `docker info` to answer, then build the sandbox image "
+    "with `python -m tasks.sandbox build-image`."
+)
+BUILD_HELP = (
+    "Build it with `python -m tasks.sandbox build-image` (offline via debootstrap when Docker Hub is unreachable)."
+)
+
+
+def sandbox_env(bindir: str | None = None) -> dict[str, str]:
+    """The complete environment of every command: fixed values, nothing from the host's environment.
+
+    PATH starts with `bindir` (default: the directory of the running interpreter, i.e. the venv's
+    bin, mounted at the same path inside), then /usr/local/bin:/usr/bin:/bin.
+    """
+    bindir = os.path.dirname(os.path.abspath(sys.executable)) if bindir is None else bindir
+    return {
+        "PATH": ":".join(dict.fromkeys(p for p in (bindir, "/usr/local/bin", "/usr/bin", "/bin") if p)),
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+        "COLUMNS": "80",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",  # prints and tracebacks interleave in the order they happen
+        "PYTEST_ADDOPTS": "-p no:cacheprovider",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        **GIT_IDENTITY,
+    }
+
+
+SANDBOX_ENV = sandbox_env()
+
+# pytest's summary line ends with the session's wall time, and the `=` padding around it is as wide
+# as the time leaves room for: "==== 3 passed, 1 warning in 0.12s ====", "3 passed in 0.12s" (-q),
+# "=== 1 failed in 75.02s (0:01:15) ===", "no tests ran in 0.01s".
+_OUTCOME = r"\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)"
+_PYTEST_SUMMARY = re.compile(
+    rf"^(?P<bar>=+ )?(?P<counts>{_OUTCOME}(?:, {_OUTCOME})*|no tests ran)"
+    r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?(bar) =+)$",
+    re.MULTILINE,
+)
+
+
+def strip_pytest_timing(text: str) -> str:
+    """Drop pytest's session time (and the padding that depends on it) from its summary lines.
+
+    `==== 1 failed, 3 passed in 0.12s ====` becomes `=== 1 failed, 3 passed ===` (always three
+    `=` a side) and `3 passed in 0.12s` (-q) becomes `3 passed`; a `(0:01:02)` goes too.
+    """
+    return _PYTEST_SUMMARY.sub(lambda m: f"=== {m['counts']} ===" if m["bar"] else m["counts"], text)
+
+
+def elision_marker(elided: int) -> bytes:
+    return f"\n[... {elided} bytes elided ...]\n".encode()
+
+
+class _Capture:
+    """First `limit // 2` and last `limit - limit // 2` bytes of a stream, bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"output limit must be >= 0, got {limit}")
+        self.head_cap = limit // 2
+        self.tail_cap = limit - self.head_cap
+        self.limit = limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_cap + 65536:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    def result(self) -> tuple[bytes, bool]:
+        if self.total <= self.limit:
+            return bytes(self.head + self.tail), False
+        tail = bytes(self.tail[len(self.tail) - self.tail_cap :]) if self.tail_cap else b""
+        return bytes(self.head) + elision_marker(self.total - len(self.head) - len(tail)) + tail, True
+
+
+def _parse_user(user: int | str) -> tuple[int, int]:
+    text = str(user)
+    uid_text, _, gid_text = text.partition(":")
+    try:
+        uid = int(uid_text)
+        gid = int(gid_text) if gid_text else uid
+    except ValueError:
+        raise ValueError(f"user must be a numeric uid or 'uid:gid', got {user!r}") from None
+    if uid == 0:
+        raise ValueError("the sandbox user must be unprivileged (uid != 0)")
+    return uid, gid
+
+
+_SYSTEM_PREFIXES = {"/", "/usr", "/usr/local"}
+
+
+def host_python_paths() -> list[tuple[str, str]]:
+    """(host path, container path) pairs that make the host's `python` work unchanged inside.
+
+    A self-contained installation (pyenv, /opt/python, a virtual environment) is mounted whole.
+    A distribution Python under /usr cannot be (it would hide the image's /usr): its standard
+    library, site directories and the interpreter binary (at every name of its symlink chain) are
+    mounted one by one.
+    """
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    venv = os.path.normpath(sys.prefix)
+    inside_to_host: dict[str, str] = {}
+    for prefix in dict.fromkeys(os.path.normpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix)):
+        if prefix not in _SYSTEM_PREFIXES:
+            inside_to_host[prefix] = prefix
+            continue
+        subs = [f"lib/{version}", "lib/python3/dist-packages"]
+        if prefix != "/usr/local":
+            subs += [f"local/lib/{version}", "local/lib/python3/dist-packages"]
+        for sub in subs:
+            candidate = os.path.join(prefix, sub)
+            if os.path.isdir(candidate):
+                inside_to_host[candidate] = candidate
+        # the interpreter: every name on the way from `python` to the real binary
+        link = os.path.join(venv, "bin", "python")
+        if not os.path.lexists(link):
+            link = sys.executable
+        real = os.path.realpath(link)
+        inside_to_host.setdefault(real, real)
+        for _ in range(16):
+            if not os.path.islink(link):
+                break
+            link = os.path.normpath(os.path.join(os.path.dirname(link), os.readlink(link)))
+            if not link.startswith(venv + os.sep):
+                inside_to_host.setdefault(link, real)
+    # a mount inside another mount of the same directory adds nothing
+    kept: list[tuple[str, str]] = []
+    for inside, host in sorted(inside_to_host.items()):
+        if host == inside and any(h == i and inside.startswith(i.rstrip("/") + "/") for h, i in kept):
+            continue
+        kept.append((host, inside))
+    return kept
+
+
+def connect(base_url: str | None = None, ping_timeout: float = PING_TIMEOUT_S, api_timeout: float = API_TIMEOUT_S):
+    """A docker client whose daemon answered a ping within `ping_timeout` s, else SandboxError."""
+    try:
+        import docker
+    except ImportError as e:  # pragma: no cover - docker is a dependency
+        raise SandboxError(f"the docker Python package is missing ({e}); pip install docker. {START_HELP}") from e
+    where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        if base_url:
+            client = docker.DockerClient(base_url=base_url, timeout=ping_timeout, version="auto")
+        else:
+            client = docker.from_env(timeout=ping_timeout)
+        client.ping()
+    except Exception as e:
+        raise SandboxError(f"no Docker daemon answers at {where} ({type(e).__name__}: {e}). {START_HELP}") from e
+    client.api.timeout = api_timeout  # later calls (image pulls, archive copies) may take longer
+    return client
+
+
+def _tar_source(source: Path, uid: int, gid: int) -> tempfile.SpooledTemporaryFile:
+    """A tar of `source` without any `.git` (like the local sandbox's copy), owned by uid:gid, sorted."""
+    buf = tempfile.SpooledTemporaryFile(max_size=64 * 2**20)
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
+        def add(path: Path, arcname: str) -> None:
+            info = tar.gettarinfo(str(path), arcname)
+            if not (info.isfile() or info.isdir() or info.issym()):
+                return  # sockets, fifos, devices: not part of a repository
+            info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+            if info.isfile():
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+
+        for root, dirs, files in os.walk(source):
+            rel_root = Path(root).relative_to(source)
+            dirs[:] = sorted(d for d in dirs if d != ".git")
+            for name in sorted([*dirs, *(f for f in files if f != ".git")]):
+                path = Path(root) / name
+                add(path, str(rel_root / name) if rel_root != Path(".") else name)
+    buf.seek(0)
+    return buf
+
+
+def _bash_path() -> str:
+    """bash by the name the host finds it (its `$0` shows in error messages: same bytes as the local sandbox)."""
+    found = shutil.which("bash", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return found if found and found.startswith(("/usr/bin/", "/bin/")) else "/usr/bin/bash"
+
+
+# The script the exec runs as the sandbox user, from /: $1 is the timeout, $2 the prlimit options,
+# $3 the command. The command's stdout and stderr share the exec's stdout pipe; the wrapper's own
+# stderr (bash's "Killed" report when `timeout` SIGKILLs) goes nowhere. Afterwards
+# `kill -KILL -1` ends every process of the sandbox user but the wrapper itself: background jobs,
+# setsid grandchildren, anything that survived `timeout`.
+_WRAPPER = (
+    "exec 2>/dev/null </dev/null; cd {ws} || exit 125; "
+    'timeout --kill-after={kill}s "$1" prlimit $2 -- {bash} -c "$3" 2>&1; '
+    "rc=$?; kill -KILL -1; exit $rc"
+)
+
+
+def _git_cmd(*args: str, git_dir: bool = False) -> str:
+    """A git command line with the sandbox's fixed settings (as a shell string)."""
+    parts = ["git", *(f"-c {shlex.quote(c)}" for c in GIT_CONFIG)]
+    if git_dir:
+        parts += [f"--git-dir={BASELINE_GIT}", f"--work-tree={WORKSPACE}"]
+    return " ".join([*parts, *(shlex.quote(a) for a in args)])
+
+
+def _baseline_script(git_dir: bool) -> str:
+    return " && ".join(
+        [
+            "set -e",
+            "exec 2>&1",
+            f"cd {WORKSPACE}",
+            _git_cmd("init", "-q", "--template=", git_dir=git_dir),
+            _git_cmd("add", "-A", git_dir=git_dir),
+            _git_cmd("commit", "-q", "--no-verify", "--allow-empty", "-m", "baseline", git_dir=git_dir),
+            _git_cmd("rev-parse", "HEAD", git_dir=git_dir),
+        ]
+    )
+
+
+def _git_env() -> dict[str, str]:
+    """Environment of the sandbox's own (root) git: no user or system configuration at all."""
+    return {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": BASELINE_DIR,
+        "LC_ALL": "C",
+        "TZ": "UTC",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        **GIT_IDENTITY,
+    }
+
+
+class DockerSandbox:
+    """One container, one workspace at /workspace, commands as an unprivileged user.
+
+    Limits per command mirror the local sandbox's (`prlimit`): RLIMIT_AS `address_space`,
+    RLIMIT_FSIZE `file_size`, RLIMIT_NOFILE `open_files`, no core files, RLIMIT_CPU
+    ceil(timeout x CPUs) + 1 s as a backstop. Per container: `memory` (no swap), `cpus`,
+    `pids_limit` (every process and thread), a `tmpfs_size` /tmp.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str = DEFAULT_IMAGE,
+        memory: str = "2g",
+        cpus: float = 1.0,
+        pids_limit: int = 256,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        user: int | str = SANDBOX_UID,
+        mount_host_python: bool = True,
+        tmpfs_size: str = "512m",
+        address_space: int | None = 4 * GIB,
+        file_size: int | None = 64 * MIB,
+        open_files: int | None = 1024,
+        base_url: str | None = None,
+        ping_timeout: float = PING_TIMEOUT_S,
+    ) -> None:
+        if output_limit < 0:
+            raise ValueError(f"output_limit must be >= 0, got {output_limit}")
+        self.image = image
+        self.memory = memory
+        self.cpus = cpus
+        self.pids_limit = pids_limit
+        self.output_limit = output_limit
+        self.uid, self.gid = _parse_user(user)
+        self.mount_host_python = mount_host_python
+        self.tmpfs_size = tmpfs_size
+        self.address_space = address_space
+        self.file_size = file_size
+        self.open_files = open_files
+        self.env = sandbox_env(None if mount_host_python else "")
+        self.bash = _bash_path()
+        self.container: Any = None
+        self.baseline: str | None = None
+        self._closed = False
+        self.client = connect(base_url, ping_timeout)
+        import docker.errors
+
+        try:
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            self.client.close()
+            raise SandboxError(f"the sandbox image {image} does not exist. {BUILD_HELP}") from None
+        except docker.errors.DockerException as e:
+            self.client.close()
+            raise SandboxError(f"cannot inspect the sandbox image {image}: {e}. {START_HELP}") from e
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _mounts(self) -> list[Any]:
+        from docker.types import Mount
+
+        # an anonymous volume: starts as a copy of the image's /workspace (owner included), and
+        # unlike a tmpfs it can receive put_archive on a read-only root filesystem
+        mounts = [Mount(target=WORKSPACE, source=None, type="volume")]
+        if self.mount_host_python:
+            for host, inside in host_python_paths():
+                mounts.append(Mount(target=inside, source=host, type="bind", read_only=True))
+        return mounts
+
+    def start(self, source: Path) -> None:
+        """Create the container, copy `source` (without .git) into /workspace, commit the baseline.
+
+        The baseline is committed twice, identically: in /workspace/.git for the agent's own
+        `git status`/`git diff`, and in a root-only repository outside the workspace that
+        `diff()` uses, which nothing the agent does can touch.
+        """
+        import docker.errors
+
+        if self._closed:
+            raise SandboxError("this sandbox was closed; make a new one")
+        if self.container is not None:
+            raise SandboxError("this sandbox was already started; make one per workspace")
+        source = Path(source)
+        if not source.is_dir():
+            raise SandboxError(f"source {source} is not a directory")
+        try:
+            self.container = self.client.containers.create(
+                self.image,
+                command=["sleep", "infinity"],
+                init=True,  # docker-init as PID 1 reaps orphans: no zombies eating pids_limit
+                user="0:0",
+                working_dir="/",
+                hostname="sandbox",
+                environment={},
+                network_mode="none",
+                mem_limit=self.memory,
+                memswap_limit=self.memory,  # no swap beyond the memory limit
+                nano_cpus=int(self.cpus * 1e9),
+                pids_limit=self.pids_limit,
+                read_only=True,
+                tmpfs={
+                    "/tmp": f"rw,nosuid,nodev,size={self.tmpfs_size},mode=1777",
+                    BASELINE_DIR: f"rw,nosuid,nodev,noexec,size={self.tmpfs_size},mode=0700",
+                },
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mounts=self._mounts(),
+                stop_signal="SIGKILL",
+                labels={"org.spectune.sandbox": "docker"},
+            )
+            self.container.start()
+            with _tar_source(source, self.uid, self.gid) as archive:
+                if not self.container.put_archive(WORKSPACE, archive):
+                    raise SandboxError(f"copying {source} into the container failed")
+        except OSError as e:  # reading the source
+            self.close()
+            raise SandboxError(f"cannot copy {source} into the sandbox: {e}") from e
+        except docker.errors.DockerException as e:
+            self.close()
+            raise SandboxError(f"cannot start the sandbox container from {self.image}: {e}") from e
+        ids = []
+        for user, git_dir in ((f"{self.uid}:{self.gid}", False), ("0:0", True)):
+            rc, out, _, timed_out = self._exec(
+                ["timeout", "600", "bash", "-c", _baseline_script(git_dir)],
+                env=_git_env() if git_dir else self.env,
+                timeout=600.0,
+                limit=DEFAULT_OUTPUT_LIMIT,
+                user=user,
+            )
+            text = out.decode("utf-8", "replace").strip()
+            if rc != 0 or timed_out:
+                self.close()
+                hint = f" (the image's {WORKSPACE} must belong to uid {self.uid})" if "ermission denied" in text else ""
+                raise SandboxError(f"git baseline in the container failed ({rc}){hint}: {text[-2000:]}")
+            ids.append(text.splitlines()[-1])
+        if ids[0] != ids[1]:
+            self.close()
+            raise SandboxError(f"the two baseline commits differ ({ids[0]} vs {ids[1]})")
+        self.baseline = ids[1]
+
+    def close(self) -> None:
+        """Remove the container and its workspace volume (force). Safe to call twice."""
+        container, self.container = self.container, None
+        self._closed = True
+        if container is not None:
+            try:
+                container.remove(force=True, v=True)
+            except Exception:
+                pass
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten sandbox must not leave a container running
+        try:
+            if self.container is not None:
+                self.close()
+        except Exception:
+            pass
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def _require_started(self) -> None:
+        if self.container is None:
+            raise SandboxError(
+                "the sandbox is closed" if self._closed else "the sandbox is not started (call start(source) first)"
+            )
+
+    def _exec(
+        self, argv: list[str], env: dict[str, str], timeout: float, limit: int, user: str | None = None
+    ) -> tuple[int | None, bytes, bool, bool]:
+        """Run argv in the container from / under `env -i`: (returncode, output, truncated, backstop fired).
+
+        Output is read incrementally by a thread into a bounded capture; if the exec has not
+        ended `BACKSTOP_S` after its timeout (+ kill-after), every process of the sandbox user is
+        killed from a second exec, and as a last resort the container is restarted.
+        """
+        import docker.errors
+        from docker.utils.socket import frames_iter
+
+        api = self.client.api
+        cmd = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        try:
+            exec_id = api.exec_create(
+                self.container.id,
+                cmd,
+                stdout=True,
+                stderr=True,
+                stdin=False,
+                tty=False,
+                user=user or f"{self.uid}:{self.gid}",
+                workdir="/",
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.DockerException as e:
+            raise SandboxError(f"cannot run a command in the sandbox container: {e}") from e
+        raw = getattr(sock, "_sock", sock)
+        try:
+            raw.settimeout(None)  # a silent command is not an error; the deadline below is ours
+        except OSError:
+            pass
+        capture = _Capture(limit)
+        errors: list[BaseException] = []
+
+        def pump() -> None:
+            try:
+                for _, data in frames_iter(sock, tty=False):
+                    if data:
+                        capture.feed(data)
+            except BaseException as e:  # reported by the caller's thread
+                errors.append(e)
+
+        reader = threading.Thread(target=pump, name="docker-sandbox-output", daemon=True)
+        reader.start()
+        reader.join(timeout + KILL_AFTER_S + BACKSTOP_S)
+        backstop = reader.is_alive()
+        if backstop:
+            self._kill_user_processes()
+            reader.join(5.0)
+            if reader.is_alive():  # not even that could run (e.g. no pid left)
+                self._restart()
+                try:
+                    raw.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                reader.join(5.0)
+        try:
+            sock.close()
+        except OSError:
+            pass
+        returncode: int | None = None
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                info = api.exec_inspect(exec_id)
+            except docker.errors.DockerException as e:
+                raise SandboxError(f"cannot inspect a command in the sandbox container: {e}") from e
+            if not info.get("Running"):
+                returncode = info.get("ExitCode")
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        if errors and not backstop:
+            raise SandboxError(f"reading command output from the container failed: {errors[0]!r}")
+        output, truncated = capture.result()
+        return returncode, output, truncated, backstop
+
+    def _kill_user_processes(self) -> None:
+        """SIGKILL every process of the sandbox user (setsid grandchildren included), from outside."""
+        try:
+            api = self.client.api
+            exec_id = api.exec_create(self.container.id, ["kill", "-KILL", "-1"], user=f"{self.uid}:{self.gid}")["Id"]
+            api.exec_start(exec_id)
+        except Exception:
+            pass
+
+    def _restart(self) -> None:
+        """Last resort: restart the container (kills every process; the workspace volume stays)."""
+        try:
+            self.container.restart(timeout=0)
+        except Exception:
+            pass
+
+    def _prlimit_options(self, timeout: float) -> str:
+        cpu = math.ceil(timeout * float(os.cpu_count() or 1)) + 1
+        options = [f"--cpu={cpu}", "--core=0"]
+        if self.address_space is not None:
+            options.append(f"--as={self.address_space}")
+        if self.file_size is not None:
+            options.append(f"--fsize={self.file_size}")
+        if self.open_files is not None:
+            options.append(f"--nofile={self.open_files}")
+        return " ".join(options)
+
+    def run(self, command: str, timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+        """`bash -c command` as the sandbox user in /workspace; the whole process tree dies at timeout."""
+        self._require_started()
+        if not (isinstance(timeout, int | float) and 0 < timeout < 10**7):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if "\0" in command:  # cannot be an argument at all: the command's own error, not the sandbox's
+            return CommandResult(returncode=2, output="sandbox: the command contains a NUL byte\n")
+        wrapper = _WRAPPER.format(ws=WORKSPACE, kill=KILL_AFTER_S, bash=self.bash)
+        argv = ["bash", "-c", wrapper, "sandbox", f"{timeout:.3f}s", self._prlimit_options(timeout), command]
+        started = time.monotonic()
+        rc, out, truncated, backstop = self._exec(argv, env=self.env, timeout=timeout, limit=self.output_limit)
+        duration = time.monotonic() - started
+        # `timeout` exits 124 (SIGTERM did it) or 137 (SIGKILL after the grace period); a command
+        # that exits so by itself before its time is not a timeout
+        timed_out = backstop or (rc in (124, 137) and duration >= timeout)
+        return CommandResult(
+            returncode=None if timed_out else rc,
+            output=strip_pytest_timing(out.decode("utf-8", errors="replace")),
+            timed_out=timed_out,
+            truncated=truncated,
+            duration_s=duration,
+        )
+
+    def diff(self) -> str:
+        """`git add -A` + `git diff --cached` against the baseline, in the root-only baseline repository."""
+        self._require_started()
+        script = " && ".join(
+            [
+                "set -e",
+                "exec 2>&1",
+                f"cd {WORKSPACE}",
+                _git_cmd("add", "-A", git_dir=True),
+                _git_cmd("diff", *DIFF_FLAGS, str(self.baseline), git_dir=True),
+            ]
+        )
+        rc, out, truncated, timed_out = self._exec(
+            ["timeout", "600", "bash", "-c", script], env=_git_env(), timeout=600.0, limit=DIFF_LIMIT, user="0:0"
+        )
+        text = out.decode("utf-8", errors="replace")
+        if rc != 0 or timed_out or truncated:
+            why = f"it exceeded {DIFF_LIMIT} bytes" if truncated else f"exit {rc}"
+            raise SandboxError(f"git diff in the container failed ({why}): {text[-2000:]}")
+        return text
+
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "GIT_IDENTITY",
+    "SANDBOX_ENV",
+    "DockerSandbox",
+    "connect",
+    "host_python_paths",
+    "sandbox_env",
+    "strip_pytest_timing",
+]
