@@ -104,7 +104,7 @@ class Builder:
         self.sandbox = sandbox
         self._expected: dict[tuple[str, str], str] = {}
 
-    def _run(self, workspace: Path, command: str, timeout: float = 120.0):
+    def _run(self, workspace: Path, command: str, timeout: float = 20.0):
         sb = make_sandbox(self.sandbox)
         try:
             sb.start(workspace)
