@@ -208,7 +208,7 @@ def write_suite(instances: dict[str, list[Instance]], out: Path, seed: int, proj
         "counts": {s: len(instances.get(s, [])) for s in SPLITS},
         "families": {s: dict(sorted(Counter(i.family for i in instances.get(s, [])).items())) for s in SPLITS},
         "difficulty": {s: dict(sorted(Counter(i.difficulty for i in instances.get(s, [])).items())) for s in SPLITS},
-        "projects": projects,
+        "projects": dict(sorted(projects.items())),
         "files": files,
         "content_hash": hashlib.sha256("".join(files[k] for k in sorted(files)).encode()).hexdigest(),
     }
@@ -217,8 +217,12 @@ def write_suite(instances: dict[str, list[Instance]], out: Path, seed: int, proj
 
 
 def build(seed: int, projects: list[str], per_family: int, out: Path, workers: int = 2, sandbox: str = "local",
-          families: tuple[str, ...] = FAMILIES) -> dict:
-    """Build the suite into `out`; returns the manifest."""
+          families: tuple[str, ...] = FAMILIES, update: bool = False) -> dict:
+    """Build the suite into `out`; returns the manifest.
+
+    `update`: rebuild only `projects` and keep every other project's instances from the suite
+    already in `out` (same seed required), e.g. after editing one project.
+    """
     builder = Builder(seed, sandbox)
     work: list[tuple[Candidate, list[str], str]] = []
     hashes = {}
@@ -233,6 +237,16 @@ def build(seed: int, projects: list[str], per_family: int, out: Path, workers: i
             results.append(inst)
             progress.advance(bar)
     by_split: dict[str, list[Instance]] = defaultdict(list)
+    if update:
+        old = json.loads((out / "manifest.json").read_text())
+        if old["seed"] != seed:
+            raise ValueError(f"--update needs the suite's own seed {old['seed']}, got {seed}")
+        for split in SPLITS:
+            for line in (out / f"{split}.jsonl").read_text().splitlines():
+                inst = Instance.from_record(json.loads(line))
+                if inst.repo not in projects:
+                    by_split[split].append(inst)
+        hashes = {**{p: h for p, h in old["projects"].items() if p not in projects}, **hashes}
     for (cand, _, _), inst in zip(work, results, strict=True):
         if inst is not None:
             m = cand.mutation
@@ -251,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--sandbox", default="local")
     p.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)}")
+    p.add_argument("--update", action="store_true", help="rebuild only --projects, keep the others' instances")
     args = p.parse_args(argv)
     families = tuple(args.families.split(",")) if args.families else FAMILIES
     unknown = sorted(set(families) - set(FAMILIES))
@@ -259,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     projects = args.projects.split(",") if args.projects else list_projects()
     for name in projects:
         project_dir(name)  # fails early on an unknown name
-    manifest = build(args.seed, projects, args.per_family, args.out, args.workers, args.sandbox, families)
+    manifest = build(args.seed, projects, args.per_family, args.out, args.workers, args.sandbox, families, args.update)
     print(json.dumps({k: manifest[k] for k in ("counts", "difficulty")}, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
