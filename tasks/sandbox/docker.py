@@ -44,6 +44,7 @@ from typing import Any
 
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
 from tasks.sandbox.image import DEFAULT_TAG
+from tasks.sandbox.local import GIT_CONFIG, GIT_IDENTITY
 
 DEFAULT_IMAGE = DEFAULT_TAG
 SANDBOX_UID = 65534  # nobody: owns the image's /workspace
@@ -57,31 +58,7 @@ MIB = 1024**2
 BASELINE_DIR = "/run/spectune"  # root-only tmpfs: the sandbox's own baseline repository
 BASELINE_GIT = f"{BASELINE_DIR}/baseline.git"
 
-# Fixed identity and dates: the baseline commit's id depends only on the files, and an agent's own
-# commits are reproducible.
-FIXED_DATE = "2000-01-01T00:00:00+0000"
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "spectune",
-    "GIT_AUTHOR_EMAIL": "spectune@localhost",
-    "GIT_AUTHOR_DATE": FIXED_DATE,
-    "GIT_COMMITTER_NAME": "spectune",
-    "GIT_COMMITTER_EMAIL": "spectune@localhost",
-    "GIT_COMMITTER_DATE": FIXED_DATE,
-}
-# `git -c` settings for every git the sandbox itself runs: no hooks, no fsmonitor, no line-ending
-# conversion, no signing, stable abbreviations.
-GIT_CONFIG = (
-    "core.autocrlf=false",
-    "core.safecrlf=false",
-    "core.fsmonitor=false",
-    "core.hooksPath=/dev/null",
-    "core.abbrev=12",
-    "core.quotePath=true",
-    "commit.gpgsign=false",
-    "gc.auto=0",
-    "init.defaultBranch=main",
-    "safe.directory=*",
-)
+# Git identity, dates and settings are the local sandbox's own, so both sandboxes print the same bytes.
 DIFF_FLAGS = (
     "--cached",
     "--no-color",
