@@ -44,7 +44,7 @@ from typing import Any
 
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
 from tasks.sandbox.image import DEFAULT_TAG
-from tasks.sandbox.local import GIT_CONFIG, GIT_IDENTITY
+from tasks.sandbox.local import GIT_CONFIG, GIT_IDENTITY, command_env
 
 DEFAULT_IMAGE = DEFAULT_TAG
 SANDBOX_UID = 65534  # nobody: owns the image's /workspace
@@ -85,23 +85,7 @@ def sandbox_env(bindir: str | None = None) -> dict[str, str]:
     PATH starts with `bindir` (default: the directory of the running interpreter, i.e. the venv's
     bin, mounted at the same path inside), then /usr/local/bin:/usr/bin:/bin.
     """
-    bindir = os.path.dirname(os.path.abspath(sys.executable)) if bindir is None else bindir
-    return {
-        "PATH": ":".join(dict.fromkeys(p for p in (bindir, "/usr/local/bin", "/usr/bin", "/bin") if p)),
-        "HOME": "/tmp",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "TZ": "UTC",
-        "TERM": "dumb",
-        "NO_COLOR": "1",
-        "COLUMNS": "80",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",  # prints and tracebacks interleave in the order they happen
-        "PYTEST_ADDOPTS": "-p no:cacheprovider",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        **GIT_IDENTITY,
-    }
+    return command_env(bindir)  # the local sandbox's environment: both must print the same bytes
 
 
 SANDBOX_ENV = sandbox_env()
