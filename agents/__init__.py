@@ -1,1 +1,1 @@
-"""The multi-turn coding agent (prompting, action parsing, the loop). Arrives with issue 4."""
+"""The multi-turn coding agent: prompting, action parsing, safe edits and the loop (agents/loop.py)."""

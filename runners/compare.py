@@ -1,0 +1,161 @@
+"""Speculation OFF vs ON over the same tasks in one process: the runner as a library.
+
+`Comparison` is what both `python -m runners.run` and the tuner drive: it takes already-loaded
+models (no reload per trial), optionally an OFF baseline measured earlier (once per study), and
+yields one `TaskOutcome` per task and repeat as soon as both sides are known, so a caller can report
+it to a pruner or stop (closing the iterator stops after the current task).
+
+Measurement rules (DESIGN.md §6, the RTX 4060 study in the seeds): OFF and ON alternate task by
+task so machine drift hits both equally; an untimed warm-up runs first; every repeat starts with an
+empty suffix index, and OFF never feeds ON's index (separate engines); both sides use the same
+session seed per task, so greedy streams are directly comparable token by token.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.engine_model import EngineModel
+from agents.loop import AgentConfig, run_agent
+from engine.engine import Engine, EngineConfig
+from engine.stats import GenerationStats
+from runners.config import baseline_config
+from runners.environment import TaskEnvironment
+from runners.models import Models
+from runners.outcomes import SideRun, TaskOutcome
+from tasks.schema import Instance
+
+REPEAT_SEED_STRIDE = 1_000_003  # sampled runs get a different seed per repeat, the same for both sides
+WARMUP_PROMPT = "def fibonacci(n):\n    return"
+
+
+@dataclass
+class Baseline:
+    """OFF results measured earlier, by (instance_id, repeat); reused instead of re-running OFF."""
+
+    runs: dict[tuple[str, int], SideRun]
+
+    @classmethod
+    def from_outcomes(cls, outcomes: list[TaskOutcome]) -> Baseline:
+        """Collect the baseline side of finished outcomes."""
+        return cls({(o.instance_id, o.repeat): o.baseline for o in outcomes if o.baseline is not None})
+
+
+class Comparison:
+    """One candidate configuration against the OFF baseline over a list of tasks."""
+
+    def __init__(
+        self,
+        models: Models,
+        candidate: EngineConfig | None,
+        instances: list[Instance],
+        environment: TaskEnvironment,
+        agent: AgentConfig,
+        out_dir: Path,
+        *,
+        repeats: int = 1,
+        warmup: bool = True,
+        baseline: Baseline | None = None,
+        model_name: str = "model",
+    ) -> None:
+        self.models = models
+        self.instances = instances
+        self.environment = environment
+        self.agent = agent
+        self.out_dir = Path(out_dir)
+        self.repeats = repeats
+        self.warmup = warmup
+        self.baseline = baseline
+        self.model_name = model_name
+        self.seed = candidate.seed if candidate is not None else 0
+        reference = candidate if candidate is not None else EngineConfig()
+        self.baseline_engine = Engine(models.target, baseline_config(reference)) if baseline is None else None
+        self.candidate_engine: Engine | None = None
+        self.unsupported: str | None = None  # why the candidate cannot run on these models
+        if candidate is not None:
+            try:
+                draft = models.draft if candidate.drafter == "draft_model" else None
+                self.candidate_engine = Engine(models.target, candidate, draft=draft)
+            except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ
+                self.unsupported = str(exc)
+
+    @property
+    def lossy(self) -> bool:
+        """The candidate's acceptance rule may change outputs."""
+        return bool(self.candidate_engine is not None and self.candidate_engine.lossy)
+
+    @property
+    def greedy(self) -> bool:
+        """Greedy decoding: ON and OFF token streams must match exactly under exact acceptance."""
+        engine = self.candidate_engine or self.baseline_engine
+        return engine is not None and engine.config.temperature == 0.0
+
+    def __iter__(self) -> Iterator[TaskOutcome]:
+        return self.run()
+
+    def run(self) -> Iterator[TaskOutcome]:
+        """Yield each task's OFF and ON results, repeat by repeat, task by task."""
+        if self.warmup:
+            self._warm_up()
+        for repeat in range(self.repeats):
+            if self.candidate_engine is not None:
+                self.candidate_engine.reset_suffix_index()  # every repeat starts from the same drafter state
+            for index, instance in enumerate(self.instances):
+                seed = self.seed + index + REPEAT_SEED_STRIDE * repeat
+                if self.baseline is not None:
+                    base = self.baseline.runs.get((instance.instance_id, repeat))
+                else:
+                    base = self._episode("baseline", self.baseline_engine, instance, repeat, seed)
+                cand = None
+                if self.candidate_engine is not None:
+                    cand = self._episode("candidate", self.candidate_engine, instance, repeat, seed)
+                yield TaskOutcome(instance.instance_id, index, repeat, base, cand)
+
+    def _warm_up(self) -> None:
+        """One short untimed generation per engine (first-call allocations, kernel selection)."""
+        tokenizer = self.models.target.tokenizer
+        prompt = tokenizer.encode(WARMUP_PROMPT)
+        for engine in (self.baseline_engine, self.candidate_engine):
+            if engine is not None:
+                engine.generate(prompt, 16)
+                engine.reset_suffix_index()  # the warm-up must not teach the suffix drafter anything
+
+    def _episode(self, side: str, engine: Engine, instance: Instance, repeat: int, seed: int) -> SideRun:
+        """Run the agent on one task with one engine, then grade its final diff in a fresh sandbox."""
+        tokenizer = self.models.target.tokenizer
+        model = EngineModel(engine, tokenizer, self.model_name, seed=seed)
+        trajectory = self.out_dir / "trajectories" / side / f"r{repeat}" / f"{instance.instance_id}.json"
+        with tempfile.TemporaryDirectory(prefix="spectune-task-") as tmp:
+            workspace = self.environment.workspace(instance, Path(tmp) / "workspace")
+            sandbox = self.environment.new_sandbox()
+            try:
+                sandbox.start(workspace)
+                result = run_agent(instance, model, sandbox, tokenizer, self.agent, trajectory)
+            finally:
+                sandbox.close()
+        # Only a submitted diff is a completed task; an unfinished one is not graded (saves a test run).
+        if result.status == "submitted":
+            evaluation = self.environment.evaluate(instance, result.patch)
+            evaluation_status, evaluation_s, success = evaluation.status, evaluation.duration_s, evaluation.resolved
+        else:
+            evaluation_status, evaluation_s, success = "not_submitted", 0.0, False
+        return SideRun(
+            instance_id=instance.instance_id,
+            side=side,
+            repeat=repeat,
+            status=result.status,
+            success=success,
+            evaluation_status=evaluation_status,
+            time_s=result.wall_s,
+            evaluation_s=evaluation_s,
+            steps=result.steps,
+            message=result.message,
+            patch=result.patch,
+            max_context_tokens=result.max_context_tokens,
+            stats=result.stats if result.stats is not None else GenerationStats(),
+            generated_ids=list(result.generated_ids),
+            trajectory=str(trajectory) if trajectory.exists() else None,
+        )

@@ -1,0 +1,196 @@
+"""Structured configs: the schema behind `conf/` (Hydra validates every override against it).
+
+A wrong key (`engine.gama=4`) fails in Hydra with the key and the node named; a wrong value for a
+field with a closed set of choices fails in `check_config` naming the allowed values; a wrong group
+option (`hardware=rtx9999`) fails in Hydra listing the available options. All of this happens
+before any model is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from engine.acceptance import ACCEPTANCE_RULES
+from engine.drafters import DRAFTERS
+from engine.engine import EngineConfig
+from engine.gamma import GAMMA_POLICIES
+
+GIB = 1 << 30
+
+
+@dataclass
+class HardwareConf:
+    """The GPU a configuration is tuned for; on a machine without CUDA only its VRAM ceiling applies."""
+
+    name: str = MISSING  # short name, e.g. rtx4060
+    vram_gib: float = MISSING  # memory ceiling the configuration must fit (weights + KV + draft)
+    bandwidth_gbs: float = 0.0  # memory bandwidth, GB/s (documentation for the speedup model)
+    bf16_tflops: float = 0.0  # dense bf16 throughput, TFLOP/s
+    device: str = "auto"  # torch device to measure on: auto | cpu | cuda | cuda:N
+
+
+@dataclass
+class TaskConf:
+    """Which suite, split and instances to run."""
+
+    name: str = "swe-lite"  # swe-lite | swe-bench-lite
+    split: str = "dev"  # swe-lite: train | dev | test; swe-bench-lite: dev | test
+    limit: int | None = None  # run only the first N instances
+    instance_ids: list[str] = field(default_factory=list)  # run only these instances
+    path: str | None = None  # swe-bench-lite: a local copy (JSONL/Parquet/saved dataset) instead of the hub
+
+
+@dataclass
+class ModelConf:
+    """Target and draft models: a local folder, a cached hub id, or `tiny` (created on first use)."""
+
+    name: str = "tiny"  # label recorded in MLflow and predictions
+    target: str = "tiny"  # path / hub id of the target model; `tiny` = a random model built by engine.tiny
+    draft: str | None = "tiny"  # draft model for drafter=draft_model; null = none
+    mtp: str | None = None  # MTP heads (later issues)
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16 | float64
+    device: str | None = None  # overrides hardware.device when set
+
+
+@dataclass
+class EngineConf:
+    """The speculative configuration under test (the baseline is always drafter=none, same sampling)."""
+
+    drafter: str = "ngram"  # none | ngram | suffix | draft_model
+    gamma: int = 4  # draft tokens per step (start value for adaptive policies)
+    gamma_policy: str = "fixed"  # fixed | heuristic | confidence
+    max_gamma: int = 16  # upper bound of the heuristic policy
+    confidence: float = 0.4  # confidence policy threshold on the draft's top probability
+    acceptance: str = "exact"  # exact (lossless) | topk | threshold | typical (lossy)
+    options: dict[str, Any] = field(default_factory=dict)  # drafter/acceptance options, e.g. {ngram.max_ngram: 3}
+    temperature: float = 0.0  # 0 = greedy (the default measurement mode)
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+
+
+@dataclass
+class AgentConf:
+    """Limits of one agent episode."""
+
+    max_steps: int = 30  # model turns per task
+    max_wall_s: float = 600.0  # wall-clock budget per task
+    max_format_errors: int = 3  # consecutive malformed turns before giving up
+    max_context_tokens: int | None = None  # null = the model's own context window
+    max_new_tokens: int = 512  # tokens per model turn
+    command_timeout_s: float = 60.0  # each shell command is killed after this
+    max_output_chars: int = 10_000  # a longer observation keeps its head and tail
+    max_output_lines: int = 200  # a longer observation keeps its head and tail
+
+
+@dataclass
+class SandboxConf:
+    """Where agent commands and evaluations run."""
+
+    name: str = "local"  # local | docker
+    options: dict[str, Any] = field(default_factory=dict)  # passed to the sandbox constructor
+
+
+@dataclass
+class TrackingConf:
+    """MLflow logging."""
+
+    enabled: bool = True  # false = a null tracker (no MLflow import, no files)
+    uri: str | None = None  # null = sqlite:///<runs root>/mlflow.db
+    experiment: str = "spectune"  # MLflow experiment name
+
+
+@dataclass
+class RunConf:
+    """How the measurement is repeated and where it is written."""
+
+    name: str = MISSING  # folder under run.root; defaults to task-split-drafter-timestamp
+    root: str = "runs"  # output root (relative to the working directory)
+    repeats: int = 1  # each task runs OFF and ON this many times
+    seed: int = 0  # sampling seed (sessions use seed + task index, identical for OFF and ON)
+    warmup: bool = True  # one untimed generation per engine before measuring
+    threads: int | None = None  # torch CPU threads; null = torch's default
+    progress: bool = True  # show a progress bar
+
+
+@dataclass
+class Config:
+    """The whole configuration of `python -m runners.run`."""
+
+    hardware: HardwareConf = MISSING
+    task: TaskConf = field(default_factory=TaskConf)
+    model: ModelConf = field(default_factory=ModelConf)
+    engine: EngineConf = field(default_factory=EngineConf)
+    agent: AgentConf = field(default_factory=AgentConf)
+    sandbox: SandboxConf = field(default_factory=SandboxConf)
+    tracking: TrackingConf = field(default_factory=TrackingConf)
+    run: RunConf = field(default_factory=RunConf)
+
+
+SUITES = ("swe-lite", "swe-bench-lite")
+SANDBOXES = ("local", "docker")
+
+
+def register_configs() -> None:
+    """Register the schema so `conf/` files and command-line overrides are type-checked by Hydra."""
+    cs = ConfigStore.instance()
+    # The top-level schema types every group node, so group files need no schema of their own (and
+    # none shows up among the options Hydra lists for a wrong group value).
+    cs.store(name="config_schema", node=Config)
+
+
+def _choice(value: Any, allowed: tuple[str, ...] | list[str], key: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def engine_config(conf: EngineConf, seed: int = 0) -> EngineConfig:
+    """The engine's own config from the Hydra node (the candidate, speculation ON)."""
+    return EngineConfig(
+        drafter=conf.drafter,
+        gamma=conf.gamma,
+        gamma_policy=conf.gamma_policy,
+        max_gamma=conf.max_gamma,
+        confidence=conf.confidence,
+        acceptance=conf.acceptance,
+        options=dict(conf.options),
+        temperature=conf.temperature,
+        top_k=conf.top_k,
+        top_p=conf.top_p,
+        seed=seed,
+    )
+
+
+def baseline_config(candidate: EngineConfig) -> EngineConfig:
+    """Speculation OFF with the candidate's sampling: the reference every candidate is compared with."""
+    return EngineConfig(
+        drafter="none",
+        temperature=candidate.temperature,
+        top_k=candidate.top_k,
+        top_p=candidate.top_p,
+        seed=candidate.seed,
+    )
+
+
+def check_config(cfg: Any) -> EngineConfig:
+    """Validate closed choices and ranges without loading anything; returns the candidate EngineConfig."""
+    _choice(cfg.task.name, SUITES, "task")
+    _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
+    _choice(cfg.engine.drafter, sorted(DRAFTERS), "engine.drafter")
+    _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")
+    _choice(cfg.engine.gamma_policy, list(GAMMA_POLICIES), "engine.gamma_policy")
+    if cfg.run.repeats < 1:
+        raise ValueError(f"run.repeats must be >= 1, got {cfg.run.repeats}")
+    if cfg.hardware.vram_gib <= 0:
+        raise ValueError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
+    for key in ("max_steps", "max_new_tokens", "max_format_errors"):
+        if getattr(cfg.agent, key) < 1:
+            raise ValueError(f"agent.{key} must be >= 1, got {getattr(cfg.agent, key)}")
+    candidate = engine_config(cfg.engine, cfg.run.seed)
+    from engine.engine import Engine
+
+    Engine.validate(candidate)  # option names and values, with the allowed ones in the message
+    return candidate

@@ -1,0 +1,55 @@
+"""Where a suite's tasks live: how to build a task's workspace, which sandbox runs it, how to grade it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.evaluation import EvaluationResult, evaluate
+from tasks.sandbox import Sandbox, make_sandbox
+from tasks.schema import Instance
+
+
+@dataclass
+class TaskEnvironment:
+    """Workspaces, sandboxes and evaluation for one suite."""
+
+    suite: str
+    sandbox: str = "local"  # local | docker
+    sandbox_options: dict[str, Any] = field(default_factory=dict)
+    materialize: Callable[[Instance, Path], Path] | None = None  # builds a task's starting workspace
+    evaluation_timeout_s: float = 300.0
+
+    def new_sandbox(self) -> Sandbox:
+        """A fresh, not yet started sandbox."""
+        return make_sandbox(self.sandbox, **self.sandbox_options)
+
+    def workspace(self, instance: Instance, dest: Path) -> Path:
+        """The task's starting workspace in `dest` (the agent's copy; evaluation builds its own)."""
+        assert self.materialize is not None
+        return self.materialize(instance, dest)
+
+    def evaluate(self, instance: Instance, patch: str) -> EvaluationResult:
+        """Grade a final diff in a fresh sandbox, never in the agent's workspace."""
+        assert self.materialize is not None
+        return evaluate(instance, patch, self.materialize, self.new_sandbox, timeout=self.evaluation_timeout_s)
+
+
+def make_environment(
+    suite: str, sandbox: str = "local", sandbox_options: dict[str, Any] | None = None
+) -> TaskEnvironment:
+    """The environment of a suite; swe-bench-lite agent workspaces need per-instance docker images."""
+    options = dict(sandbox_options or {})
+    if suite == "swe-lite":
+        from tasks.swelite.projects import materialize
+
+        return TaskEnvironment(suite, sandbox, options, materialize)
+    if suite == "swe-bench-lite":
+        raise ValueError(
+            "task=swe-bench-lite: agent runs need each instance's repository at its base commit inside the "
+            "SWE-bench per-instance docker image, which cannot be built offline; its loading and evaluation "
+            "logic are in tasks/ (see README, 'SWE-bench Lite'). Use task=swe-lite here."
+        )
+    raise ValueError(f"unknown suite {suite!r}; choose one of: swe-lite, swe-bench-lite")

@@ -1,0 +1,78 @@
+"""Resolve `model.*` config values to loaded models, building the tiny random pair on first use.
+
+`tiny` stands for a random-init target (and a smaller draft sharing its tokenizer) written by
+`engine.tiny` into a cache folder, so every command works on a fresh clone with no model hub.
+Anything else is a local folder or a cached hub id, loaded by `engine.loading.load_model`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers.utils import logging as hf_logging
+
+from engine.loading import LoadedModel, load_model
+from engine.tiny import make_tiny_model
+
+TINY = "tiny"
+# Shapes of the tiny pair: the target is the benchmark's 4x256 model, the draft a 1x128 model.
+TINY_TARGET = {"layers": 4, "hidden": 256, "seed": 0}
+TINY_DRAFT = {"layers": 1, "hidden": 128, "seed": 1}
+
+
+def cache_root() -> Path:
+    """Where built-on-demand models live: $SPECTUNE_CACHE, else ~/.cache/spectune."""
+    return Path(os.environ.get("SPECTUNE_CACHE", Path.home() / ".cache" / "spectune")).expanduser()
+
+
+def _build_once(folder: Path, build) -> Path:
+    """Build into a temp folder and rename, so a crash or a parallel run never leaves half a model."""
+    if (folder / "config.json").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process finished first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def tiny_paths() -> tuple[Path, Path]:
+    """(target, draft) folders of the tiny random pair, built if missing."""
+    root = cache_root() / "tiny"
+    target = _build_once(root / "target", lambda d: make_tiny_model(d, **TINY_TARGET))
+    draft = _build_once(root / "draft", lambda d: make_tiny_model(d, tokenizer_from=target, **TINY_DRAFT))
+    return target, draft
+
+
+@dataclass
+class Models:
+    """The loaded target and (optional) draft, shared by the OFF and ON engines and across trials."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    target_path: str
+    draft_path: str | None
+
+
+def load_models(target: str, draft: str | None, *, device: str = "auto", dtype: str = "auto") -> Models:
+    """Load the configured models; `tiny` builds the random pair on first use."""
+    hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress output
+    target_path, draft_path = target, draft
+    if TINY in (target, draft):
+        tiny_target, tiny_draft = tiny_paths()
+        target_path = str(tiny_target) if target == TINY else target
+        draft_path = str(tiny_draft) if draft == TINY else draft
+    loaded_target = load_model(target_path, device=device, dtype=dtype)
+    loaded_draft = load_model(draft_path, device=device, dtype=dtype) if draft_path else None
+    return Models(loaded_target, loaded_draft, target_path, draft_path)

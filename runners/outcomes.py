@@ -1,0 +1,85 @@
+"""Per-task results of a run: one `SideRun` per side, task and repeat; a `TaskOutcome` pairs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.stats import GenerationStats
+
+SIDES = ("baseline", "candidate")  # speculation OFF, speculation ON
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """First position where two token streams differ (a shorter stream differs where it ends); None if equal."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else n
+
+
+@dataclass
+class SideRun:
+    """One agent episode of one configuration on one task in one repeat, evaluated afterwards."""
+
+    instance_id: str
+    side: str  # baseline | candidate
+    repeat: int
+    status: str  # the agent's exit status (submitted, step_limit, ...)
+    success: bool  # submitted and resolved by the evaluation
+    evaluation_status: str  # resolved | unresolved | patch_failed | ... (tasks.evaluation.STATUSES)
+    time_s: float  # agent wall time: generation + tool commands (evaluation excluded)
+    evaluation_s: float  # wall time of the separate evaluation
+    steps: int = 0
+    message: str = ""
+    patch: str = ""
+    max_context_tokens: int = 0
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    generated_ids: list[int] = field(default_factory=list)  # every model token of the episode, in order
+    trajectory: str | None = None  # path of the saved trajectory
+
+    def to_dict(self, with_tokens: bool = False) -> dict[str, Any]:
+        """JSON-ready (token streams only when asked: they are long)."""
+        out = {
+            "instance_id": self.instance_id,
+            "side": self.side,
+            "repeat": self.repeat,
+            "status": self.status,
+            "success": self.success,
+            "evaluation_status": self.evaluation_status,
+            "time_s": self.time_s,
+            "evaluation_s": self.evaluation_s,
+            "steps": self.steps,
+            "message": self.message,
+            "max_context_tokens": self.max_context_tokens,
+            "stats": self.stats.to_dict(),
+            "trajectory": self.trajectory,
+        }
+        if with_tokens:
+            out["generated_ids"] = list(self.generated_ids)
+        return out
+
+
+@dataclass
+class TaskOutcome:
+    """Both sides of one task in one repeat, yielded by the runner as soon as they are known."""
+
+    instance_id: str
+    index: int  # position of the task in the suite selection
+    repeat: int
+    baseline: SideRun | None  # None when a pre-measured baseline was supplied and is missing this task
+    candidate: SideRun | None  # None when the candidate is unsupported
+
+    @property
+    def first_divergence(self) -> int | None:
+        """First token position where the ON and OFF streams differ (None when identical or not comparable)."""
+        if self.baseline is None or self.candidate is None:
+            return None
+        return first_divergence(self.baseline.generated_ids, self.candidate.generated_ids)
+
+    def time_ratio(self) -> float | None:
+        """candidate time / baseline time for this task (what a pruner compares), None if unknown."""
+        if self.baseline is None or self.candidate is None or self.baseline.time_s <= 0:
+            return None
+        return self.candidate.time_s / self.baseline.time_s

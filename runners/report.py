@@ -1,0 +1,125 @@
+"""What the runner prints: a progress bar while tasks run, then one table comparing OFF and ON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from runners.outcomes import TaskOutcome
+
+
+def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:{spec}}{suffix}"
+    return f"{value}{suffix}"
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("seconds per successful task", "seconds_per_success", lambda v: _fmt(v, ".1f", " s")),
+    ("successes per minute", "successes_per_minute", lambda v: _fmt(v, ".3f")),
+    ("success rate", "success_rate", lambda v: _fmt(v, ".0%")),
+    ("successes / task runs", None, None),
+    ("acceptance rate", "acceptance_rate", lambda v: _fmt(v, ".3f")),
+    ("mean accepted length", "mean_accepted_length", lambda v: _fmt(v, ".2f")),
+    ("decode tokens/s", "decode_tokens_per_s", lambda v: _fmt(v, ".1f")),
+    ("prefill tokens reused / computed", None, None),
+    ("peak memory (estimate on CPU)", "peak_memory_bytes", _mib),
+    ("max context tokens", "max_context_tokens", _fmt),
+    ("context exceeded", "context_exceeded", _fmt),
+    ("agent time (evaluation apart)", "agent_time_s", lambda v: _fmt(v, ".1f", " s")),
+    ("evaluation time", "evaluation_s", lambda v: _fmt(v, ".1f", " s")),
+)
+
+
+def _cell(side: dict[str, Any], label: str, key: str | None, fmt) -> str:
+    if side.get("unsupported"):
+        return "unsupported"
+    if label.startswith("successes /"):
+        return f"{side['successes']} / {side['tasks']}"
+    if label.startswith("prefill tokens"):
+        return f"{_fmt(side['reused_tokens'])} / {_fmt(side['prefilled_tokens'])}"
+    return fmt(side.get(key))
+
+
+def summary_table(summary: dict[str, Any], title: str) -> Table:
+    """Metrics as rows, OFF and ON as columns, quality comparison at the bottom."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    table.add_column("OFF (drafter none)", justify="right")
+    table.add_column("ON (candidate)", justify="right")
+    base, cand = summary["baseline"], summary["candidate"]
+    for label, key, fmt in ROWS:
+        table.add_row(label, _cell(base, label, key, fmt), _cell(cand, label, key, fmt))
+    if cand.get("unsupported"):
+        table.add_row("unsupported because", "", cand["unsupported"])
+        return table
+    table.add_row("regressions (OFF solved, ON not)", "", _ids(summary["regressions"]))
+    table.add_row("improvements (ON solved, OFF not)", "", _ids(summary["improvements"]))
+    if summary["greedy"]:
+        rows = summary["per_task"]
+        diverged = [f"{r['instance_id']}@{r['first_divergence']}" for r in rows if r["first_divergence"] is not None]
+        table.add_row(
+            "greedy token streams diverged", "", f"{len(diverged)} of {len(rows)} tasks" + _ids(diverged, lead=": ")
+        )
+    table.add_row("lossy acceptance", "", "YES (outputs may differ)" if summary["lossy"] else "no (exact)")
+    speedup = summary.get("speedup")
+    table.add_row("speedup (OFF s/success / ON s/success)", "", _fmt(speedup, ".2f", "x"))
+    return table
+
+
+def _ids(ids: list[str], lead: str = "") -> str:
+    if not ids:
+        return "" if lead else "none"
+    shown = ", ".join(ids[:4]) + (f" (+{len(ids) - 4} more)" if len(ids) > 4 else "")
+    return lead + shown
+
+
+class RunProgress:
+    """A progress bar over task runs with the running OFF/ON figures (silent when disabled)."""
+
+    def __init__(self, total: int, enabled: bool = True, console: Console | None = None) -> None:
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[figures]}"),
+            console=console,
+            disable=not enabled,
+        )
+        self.task = self.progress.add_task("tasks", total=total, figures="")
+        self.counts = {"baseline": [0, 0, 0.0], "candidate": [0, 0, 0.0]}  # successes, runs, seconds
+
+    def __enter__(self) -> RunProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, outcome: TaskOutcome) -> None:
+        """Count one finished task run and refresh the running figures."""
+        parts = []
+        for side, label in (("baseline", "OFF"), ("candidate", "ON")):
+            run = getattr(outcome, side)
+            c = self.counts[side]
+            if run is not None:
+                c[0] += run.success
+                c[1] += 1
+                c[2] += run.time_s
+            if c[1]:
+                per = f"{c[2] / c[0]:.1f}s/success" if c[0] else "no success yet"
+                parts.append(f"{label} {c[0]}/{c[1]} {per}")
+        self.progress.update(self.task, advance=1, figures="  ".join(parts))

@@ -1,0 +1,218 @@
+"""Run one speculative configuration over a task suite, speculation OFF vs ON, in one process.
+
+    python -m runners.run task=swe-lite task.split=dev task.limit=5 engine.drafter=ngram engine.gamma=4 run.repeats=3
+
+Writes runs/<run.name>/ (summary.json, per_task.jsonl, repeats.jsonl, trajectories/, predictions-*.jsonl,
+plots) and logs a parent MLflow run with one child per side (`mlflow ui --backend-store-uri
+sqlite:///runs/mlflow.db`). Ctrl-C stops after the current task and writes a partial summary.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from agents.loop import AgentConfig
+from engine.loading import ModelNotFoundError
+from runners.compare import Comparison
+from runners.config import GIB, check_config, register_configs
+from runners.environment import make_environment
+from runners.models import load_models
+from runners.outcomes import SIDES, TaskOutcome
+from runners.outputs import write_outputs
+from runners.plots import save_plots
+from runners.provenance import provenance
+from runners.report import RunProgress, summary_table
+from runners.summary import summarize
+from runners.tracking import make_tracker
+from tasks.suites import SuiteUnavailableError, load_suite
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def agent_config(cfg: DictConfig) -> AgentConfig:
+    """The agent's limits from the `agent` node."""
+    a = cfg.agent
+    return AgentConfig(
+        max_steps=a.max_steps,
+        max_wall_s=a.max_wall_s,
+        max_format_errors=a.max_format_errors,
+        max_context_tokens=a.max_context_tokens,
+        max_new_tokens=a.max_new_tokens,
+        command_timeout_s=a.command_timeout_s,
+        max_output_chars=a.max_output_chars,
+        max_output_lines=a.max_output_lines,
+    )
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def hardware_block(cfg: DictConfig, device: torch.device, summary: dict[str, Any]) -> dict[str, Any]:
+    """The VRAM ceiling, the estimate checked against it, and where timings were really measured."""
+    ceiling = int(cfg.hardware.vram_gib * GIB)
+    peaks = {s: summary[s]["peak_memory_bytes"] for s in SIDES}
+    return {
+        "name": cfg.hardware.name,
+        "vram_ceiling_bytes": ceiling,
+        "peak_memory_bytes": peaks,
+        "within_ceiling": {s: (None if p is None else p <= ceiling) for s, p in peaks.items()},
+        "timings_measured_on": "cuda" if device.type == "cuda" else "cpu",
+        "peak_memory_is_estimate": device.type != "cuda",
+    }
+
+
+def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the configured comparison and write its outputs; returns the summary. Raises on bad config."""
+    console = console or Console(stderr=True)
+    candidate = check_config(cfg)
+    task = cfg.task
+    instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path)
+    environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    device = cfg.model.device or cfg.hardware.device
+    models = load_models(cfg.model.target, cfg.model.draft, device=device, dtype=cfg.model.dtype)
+    torch_device = models.target.device
+    out_dir = Path(cfg.run.root) / cfg.run.name
+    comparison = Comparison(
+        models,
+        candidate,
+        instances,
+        environment,
+        agent_config(cfg),
+        out_dir,
+        repeats=cfg.run.repeats,
+        warmup=cfg.run.warmup,
+        model_name=cfg.model.name,
+    )
+    if torch_device.type != "cuda":
+        console.print(
+            f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
+            f"sets only the VRAM ceiling ({cfg.hardware.vram_gib:g} GiB) checked against the memory estimate."
+        )
+    if comparison.unsupported:
+        console.print(f"[red]unsupported:[/] {comparison.unsupported} (the baseline still runs)")
+    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    tags = {
+        "hardware": cfg.hardware.name,
+        "model": cfg.model.name,
+        "task": f"{task.name}/{task.split}",
+        "lossy": str(comparison.lossy).lower(),
+        "drafter": cfg.engine.drafter,
+    }
+    tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
+    tracker.start(cfg.run.name, _flatten(config_dict), tags)
+    outcomes: list[TaskOutcome] = []
+    partial = False
+    status = "FINISHED"
+    console.print(
+        f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), OFF vs ON "
+        f"(drafter={cfg.engine.drafter}, gamma={cfg.engine.gamma}, acceptance={cfg.engine.acceptance}) -> {out_dir}"
+    )
+    try:
+        with RunProgress(len(instances) * cfg.run.repeats, cfg.run.progress, console) as progress:
+            for outcome in comparison:
+                outcomes.append(outcome)
+                progress.update(outcome)
+    except KeyboardInterrupt:
+        partial, status = True, "KILLED"
+        console.print(f"[yellow]interrupted:[/] writing a partial summary of {len(outcomes)} finished task run(s)")
+    summary = summarize(
+        outcomes,
+        repeats=cfg.run.repeats,
+        lossy=comparison.lossy,
+        greedy=comparison.greedy,
+        unsupported=comparison.unsupported,
+        extra={
+            "name": cfg.run.name,
+            "partial": partial,
+            "provenance": provenance(task.name, cfg.run.seed, torch_device),
+            "config": config_dict,
+        },
+    )
+    summary["hardware"] = hardware_block(cfg, torch_device, summary)
+    paths = write_outputs(out_dir, summary, outcomes, cfg.model.name)
+    save_plots(summary, out_dir)  # the PNGs exist with tracking off too
+    if (out_dir / "trajectories").is_dir():
+        paths.append(out_dir / "trajectories")
+    device_name = summary["provenance"]["device"]
+    title = f"{task.name}/{task.split}: {len(instances)} task(s) x {cfg.run.repeats} repeat(s) on {device_name}"
+    Console().print(summary_table(summary, title))
+    _log(tracker, summary, outcomes, paths, tags, status, console)
+    console.print(f"results: {out_dir / 'summary.json'}")
+    return summary
+
+
+def _log(tracker, summary, outcomes, paths, tags, status, console) -> None:
+    """Send everything to the tracker; a tracking failure is reported, never loses the written results."""
+    try:
+        for side in SIDES:
+            rows = [
+                {
+                    "instance_id": o.instance_id,
+                    "step": step,
+                    "time_s": run.time_s,
+                    "success": run.success,
+                    "repeat": o.repeat,
+                }
+                for step, o in enumerate(outcomes)
+                if (run := getattr(o, side)) is not None
+            ]
+            side_params = {
+                "side": side,
+                "drafter": "none" if side == "baseline" else summary["config"]["engine"]["drafter"],
+            }
+            tracker.log_side(
+                side, side_params, {**tags, "side": side}, summary[side], rows, summary[side]["per_position"] or {}
+            )
+        tracker.log_comparison(
+            {
+                "regressions": len(summary["regressions"]),
+                "improvements": len(summary["improvements"]),
+                "diverged_tasks": len(summary["diverged_tasks"]),
+                "speedup": summary["speedup"],
+            }
+        )
+        tracker.log_artifacts(paths)
+        tracker.log_plots(summary)
+        tracker.finish(status)
+    except Exception as exc:
+        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in the run folder)")
+        try:
+            tracker.finish("FAILED")
+        except Exception:
+            pass
+
+
+register_configs()
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point; configuration and input problems exit 2 with a one-line message."""
+    try:
+        summary = execute(cfg)
+    except (ValueError, ModelNotFoundError, SuiteUnavailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if summary.get("partial"):
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
