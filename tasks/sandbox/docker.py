@@ -15,8 +15,9 @@ Observations are byte-for-byte those of the local sandbox: the host's Python ins
 same paths, so `python -m pytest` inside is the host's interpreter with the host's packages, on a
 Debian bookworm image (the host's OS, so the interpreter's shared libraries are there); the
 environment is a fixed list (`sandbox_env`), nothing inherited; stdout and stderr share one pipe;
-pytest's session timing is stripped from its summary lines (`strip_pytest_timing`). What differs:
-`ps` shows the container's init, its `sleep` and the wrapper below; RLIMIT_NPROC is not set
+pytest's session timing is stripped from its summary lines (`normalize_output`); git runs with the
+local sandbox's settings, identity and diff flags; output is capped by the same `OutputCapture`.
+What differs: `ps` shows the container's init, its `sleep` and the wrapper below; RLIMIT_NPROC is not set
 (`pids_limit` counts per container, where RLIMIT_NPROC would count the uid's processes in every
 container and on the host alike).
 
@@ -28,9 +29,7 @@ exec as a backstop, and restarts the container as a last resort (the workspace v
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -44,7 +43,16 @@ from typing import Any
 
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
 from tasks.sandbox.image import DEFAULT_TAG
-from tasks.sandbox.local import GIT_CONFIG, GIT_IDENTITY, command_env
+from tasks.sandbox.limits import GIB, MIB, Limits, OutputCapture
+from tasks.sandbox.local import (  # git settings, environments and output normalisation: the same bytes as local
+    DIFF_FLAGS,
+    GIT_CONFIG,
+    GIT_IDENTITY,
+    SBIN_PATH,
+    command_env,
+    git_env,
+    normalize_output,
+)
 
 DEFAULT_IMAGE = DEFAULT_TAG
 SANDBOX_UID = 65534  # nobody: owns the image's /workspace
@@ -53,21 +61,9 @@ BACKSTOP_S = 10.0  # client-side deadline beyond timeout + KILL_AFTER_S
 PING_TIMEOUT_S = 3.0
 API_TIMEOUT_S = 120.0
 DIFF_LIMIT = 256 * 2**20  # a longer diff is an error, never silently cut
-GIB = 1024**3
-MIB = 1024**2
 BASELINE_DIR = "/run/spectune"  # root-only tmpfs: the sandbox's own baseline repository
 BASELINE_GIT = f"{BASELINE_DIR}/baseline.git"
 
-# Git identity, dates and settings are the local sandbox's own, so both sandboxes print the same bytes.
-DIFF_FLAGS = (
-    "--cached",
-    "--no-color",
-    "--no-ext-diff",
-    "--no-textconv",
-    "--no-renames",
-    "--src-prefix=a/",
-    "--dst-prefix=b/",
-)
 
 START_HELP = (
     "Start a Docker daemon: `apt-get install -y docker.io && (dockerd > /tmp/dockerd.log 2>&1 &)` "
@@ -89,60 +85,7 @@ def sandbox_env(bindir: str | None = None) -> dict[str, str]:
 
 
 SANDBOX_ENV = sandbox_env()
-
-# pytest's summary line ends with the session's wall time, and the `=` padding around it is as wide
-# as the time leaves room for: "==== 3 passed, 1 warning in 0.12s ====", "3 passed in 0.12s" (-q),
-# "=== 1 failed in 75.02s (0:01:15) ===", "no tests ran in 0.01s".
-_OUTCOME = r"\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)"
-_PYTEST_SUMMARY = re.compile(
-    rf"^(?P<bar>=+ )?(?P<counts>{_OUTCOME}(?:, {_OUTCOME})*|no tests ran)"
-    r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?(bar) =+)$",
-    re.MULTILINE,
-)
-
-
-def strip_pytest_timing(text: str) -> str:
-    """Drop pytest's session time (and the padding that depends on it) from its summary lines.
-
-    `==== 1 failed, 3 passed in 0.12s ====` becomes `=== 1 failed, 3 passed ===` (always three
-    `=` a side) and `3 passed in 0.12s` (-q) becomes `3 passed`; a `(0:01:02)` goes too.
-    """
-    return _PYTEST_SUMMARY.sub(lambda m: f"=== {m['counts']} ===" if m["bar"] else m["counts"], text)
-
-
-def elision_marker(elided: int) -> bytes:
-    return f"\n[... {elided} bytes elided ...]\n".encode()
-
-
-class _Capture:
-    """First `limit // 2` and last `limit - limit // 2` bytes of a stream, bounded memory."""
-
-    def __init__(self, limit: int) -> None:
-        if limit < 0:
-            raise ValueError(f"output limit must be >= 0, got {limit}")
-        self.head_cap = limit // 2
-        self.tail_cap = limit - self.head_cap
-        self.limit = limit
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > 2 * self.tail_cap + 65536:
-                del self.tail[: len(self.tail) - self.tail_cap]
-
-    def result(self) -> tuple[bytes, bool]:
-        if self.total <= self.limit:
-            return bytes(self.head + self.tail), False
-        tail = bytes(self.tail[len(self.tail) - self.tail_cap :]) if self.tail_cap else b""
-        return bytes(self.head) + elision_marker(self.total - len(self.head) - len(tail)) + tail, True
+strip_pytest_timing = normalize_output  # the local sandbox's normalisation: one definition, the same bytes
 
 
 def _parse_user(user: int | str) -> tuple[int, int]:
@@ -251,7 +194,7 @@ def _tar_source(source: Path, uid: int, gid: int) -> tempfile.SpooledTemporaryFi
 
 def _bash_path() -> str:
     """bash by the name the host finds it (its `$0` shows in error messages: same bytes as the local sandbox)."""
-    found = shutil.which("bash", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    found = shutil.which("bash", path=SBIN_PATH)
     return found if found and found.startswith(("/usr/bin/", "/bin/")) else "/usr/bin/bash"
 
 
@@ -289,19 +232,6 @@ def _baseline_script(git_dir: bool) -> str:
     )
 
 
-def _git_env() -> dict[str, str]:
-    """Environment of the sandbox's own (root) git: no user or system configuration at all."""
-    return {
-        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": BASELINE_DIR,
-        "LC_ALL": "C",
-        "TZ": "UTC",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        **GIT_IDENTITY,
-    }
-
-
 class DockerSandbox:
     """One container, one workspace at /workspace, commands as an unprivileged user.
 
@@ -335,13 +265,17 @@ class DockerSandbox:
         self.memory = memory
         self.cpus = cpus
         self.pids_limit = pids_limit
-        self.output_limit = output_limit
         self.uid, self.gid = _parse_user(user)
         self.mount_host_python = mount_host_python
-        self.tmpfs_size = tmpfs_size
-        self.address_space = address_space
-        self.file_size = file_size
-        self.open_files = open_files
+        # max_processes=None: no RLIMIT_NPROC here, `pids_limit` caps the container (see the module docstring)
+        self.limits = Limits(
+            max_processes=None,
+            address_space=address_space,
+            file_size=file_size,
+            open_files=open_files,
+            output_limit=output_limit,
+            tmpfs_size=tmpfs_size,
+        )
         self.env = sandbox_env(None if mount_host_python else "")
         self.bash = _bash_path()
         self.container: Any = None
@@ -404,8 +338,8 @@ class DockerSandbox:
                 pids_limit=self.pids_limit,
                 read_only=True,
                 tmpfs={
-                    "/tmp": f"rw,nosuid,nodev,size={self.tmpfs_size},mode=1777",
-                    BASELINE_DIR: f"rw,nosuid,nodev,noexec,size={self.tmpfs_size},mode=0700",
+                    "/tmp": f"rw,nosuid,nodev,size={self.limits.tmpfs_size},mode=1777",
+                    BASELINE_DIR: f"rw,nosuid,nodev,noexec,size={self.limits.tmpfs_size},mode=0700",
                 },
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
@@ -427,7 +361,7 @@ class DockerSandbox:
         for user, git_dir in ((f"{self.uid}:{self.gid}", False), ("0:0", True)):
             rc, out, _, timed_out = self._exec(
                 ["timeout", "600", "bash", "-c", _baseline_script(git_dir)],
-                env=_git_env() if git_dir else self.env,
+                env=git_env(BASELINE_DIR) if git_dir else self.env,
                 timeout=600.0,
                 limit=DEFAULT_OUTPUT_LIMIT,
                 user=user,
@@ -507,7 +441,7 @@ class DockerSandbox:
             raw.settimeout(None)  # a silent command is not an error; the deadline below is ours
         except OSError:
             pass
-        capture = _Capture(limit)
+        capture = OutputCapture(limit)
         errors: list[BaseException] = []
 
         def pump() -> None:
@@ -571,15 +505,8 @@ class DockerSandbox:
             pass
 
     def _prlimit_options(self, timeout: float) -> str:
-        cpu = math.ceil(timeout * float(os.cpu_count() or 1)) + 1
-        options = [f"--cpu={cpu}", "--core=0"]
-        if self.address_space is not None:
-            options.append(f"--as={self.address_space}")
-        if self.file_size is not None:
-            options.append(f"--fsize={self.file_size}")
-        if self.open_files is not None:
-            options.append(f"--nofile={self.open_files}")
-        return " ".join(options)
+        """The wrapper's `prlimit` options: the limits' own arguments without the program and the `--`."""
+        return " ".join(self.limits.prlimit_args("prlimit", timeout)[1:-1])
 
     def run(self, command: str, timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
         """`bash -c command` as the sandbox user in /workspace; the whole process tree dies at timeout."""
@@ -591,14 +518,14 @@ class DockerSandbox:
         wrapper = _WRAPPER.format(ws=WORKSPACE, kill=KILL_AFTER_S, bash=self.bash)
         argv = ["bash", "-c", wrapper, "sandbox", f"{timeout:.3f}s", self._prlimit_options(timeout), command]
         started = time.monotonic()
-        rc, out, truncated, backstop = self._exec(argv, env=self.env, timeout=timeout, limit=self.output_limit)
+        rc, out, truncated, backstop = self._exec(argv, env=self.env, timeout=timeout, limit=self.limits.output_limit)
         duration = time.monotonic() - started
         # `timeout` exits 124 (SIGTERM did it) or 137 (SIGKILL after the grace period); a command
         # that exits so by itself before its time is not a timeout
         timed_out = backstop or (rc in (124, 137) and duration >= timeout)
         return CommandResult(
             returncode=None if timed_out else rc,
-            output=strip_pytest_timing(out.decode("utf-8", errors="replace")),
+            output=normalize_output(out.decode("utf-8", errors="replace")),
             timed_out=timed_out,
             truncated=truncated,
             duration_s=duration,
@@ -617,7 +544,11 @@ class DockerSandbox:
             ]
         )
         rc, out, truncated, timed_out = self._exec(
-            ["timeout", "600", "bash", "-c", script], env=_git_env(), timeout=600.0, limit=DIFF_LIMIT, user="0:0"
+            ["timeout", "600", "bash", "-c", script],
+            env=git_env(BASELINE_DIR),
+            timeout=600.0,
+            limit=DIFF_LIMIT,
+            user="0:0",
         )
         text = out.decode("utf-8", errors="replace")
         if rc != 0 or timed_out or truncated:

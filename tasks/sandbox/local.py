@@ -94,6 +94,16 @@ GIT_CONFIG = (
     "init.defaultBranch=main",
     "safe.directory=*",
 )
+# `git diff` of the workspace against the baseline: no colour, no external tools, fixed prefixes.
+DIFF_FLAGS = (
+    "--cached",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-renames",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+)
 # Directories every user may write: in the namespace each becomes a private, size-capped tmpfs.
 TMPFS_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -146,6 +156,19 @@ def command_env(extra_path: str | None = None, home: str = "/tmp") -> dict[str, 
     }
     env.update(GIT_IDENTITY)
     return env
+
+
+def git_env(home: str) -> dict[str, str]:
+    """Environment of the git the sandbox runs itself (not a command's): no user or system configuration."""
+    return {
+        "PATH": SBIN_PATH,
+        "HOME": home,
+        "LC_ALL": "C",
+        "TZ": "UTC",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        **GIT_IDENTITY,
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -596,19 +619,7 @@ class LocalSandbox:
         if not self._started or self._closed:
             raise SandboxError("sandbox not started (call start(source) first) or already closed")
         self._git(["add", "-A"])
-        return self._git(
-            [
-                "diff",
-                "--cached",
-                "--no-color",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-renames",
-                "--src-prefix=a/",
-                "--dst-prefix=b/",
-                self._baseline,
-            ]
-        )
+        return self._git(["diff", *DIFF_FLAGS, self._baseline])
 
     def close(self) -> None:
         """Kill anything left, remove the cgroup and the host temp dir. Safe to call twice."""
@@ -625,15 +636,7 @@ class LocalSandbox:
         if git_dir is True:
             cmd += [f"--git-dir={self._git_dir}", f"--work-tree={self.host_path}"]
             cwd = self.host_path
-        env = {
-            "PATH": SBIN_PATH,
-            "HOME": str(self._res.host_root),
-            "LC_ALL": "C",
-            "TZ": "UTC",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            **GIT_IDENTITY,
-        }
+        env = git_env(str(self._res.host_root))
         try:
             proc = subprocess.run(
                 [*cmd, *args], cwd=cwd, env=env, capture_output=True, timeout=600, stdin=subprocess.DEVNULL
