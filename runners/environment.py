@@ -49,7 +49,7 @@ def make_environment(
     if suite == "swe-bench-lite":
         raise ValueError(
             "task=swe-bench-lite: agent runs need each instance's repository at its base commit inside the "
-            "SWE-bench per-instance docker image, which cannot be built offline; its loading and evaluation "
-            "logic are in tasks/ (see README, 'SWE-bench Lite'). Use task=swe-lite here."
+            "SWE-bench per-instance docker image; agent workspaces there are not wired yet (loading and "
+            "evaluation are: tasks/suites.py, tasks/swebench_eval.py). Use task=swe-lite for agent runs."
         )
     raise ValueError(f"unknown suite {suite!r}; choose one of: swe-lite, swe-bench-lite")
