@@ -179,3 +179,18 @@ def test_library_reuses_a_measured_baseline_and_stops_when_closed(tiny_dir, tmp_
     assert got.baseline is outcomes[0].baseline and got.candidate is not None
     assert got.first_divergence is None
     assert not (tmp_path / "b" / "trajectories" / "candidate" / "r0" / f"{instances[1].instance_id}.json").exists()
+
+
+def test_ctrl_c_writes_a_partial_summary(tiny_dir, tmp_path, monkeypatch):
+    real_run = Comparison.run
+
+    def interrupted(self):
+        iterator = real_run(self)
+        yield next(iterator)  # one task finishes, then the user presses Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Comparison, "run", interrupted)
+    summary = execute(_cfg(tmp_path, tiny_dir, "run.name=cut", "tracking.enabled=false"))
+    written = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["partial"] is True and written["partial"] is True
+    assert written["baseline"]["tasks"] == 1 and len(written["per_task"]) == 1
