@@ -24,6 +24,17 @@ TINY_TARGET = {"layers": 4, "hidden": 256, "seed": 0}
 TINY_DRAFT = {"layers": 1, "hidden": 128, "seed": 1}
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_model_path(name: str) -> str:
+    """A relative path that is not there from the working directory but is in the project (models/...)."""
+    path = Path(name).expanduser()
+    if not path.is_absolute() and not path.exists() and (PROJECT_ROOT / path).exists():
+        return str(PROJECT_ROOT / path)
+    return name
+
+
 def cache_root() -> Path:
     """Where built-on-demand models live: $SPECTUNE_CACHE, else ~/.cache/spectune."""
     return Path(os.environ.get("SPECTUNE_CACHE", Path.home() / ".cache" / "spectune")).expanduser()
@@ -73,6 +84,8 @@ def load_models(target: str, draft: str | None, *, device: str = "auto", dtype: 
         tiny_target, tiny_draft = tiny_paths()
         target_path = str(tiny_target) if target == TINY else target
         draft_path = str(tiny_draft) if draft == TINY else draft
+    target_path = resolve_model_path(target_path)
+    draft_path = resolve_model_path(draft_path) if draft_path else None
     loaded_target = load_model(target_path, device=device, dtype=dtype)
     loaded_draft = load_model(draft_path, device=device, dtype=dtype) if draft_path else None
     return Models(loaded_target, loaded_draft, target_path, draft_path)
