@@ -60,6 +60,7 @@ class Comparison:
         warmup: bool = True,
         baseline: Baseline | None = None,
         model_name: str = "model",
+        plain: EngineConfig | None = None,
     ) -> None:
         self.models = models
         self.instances = instances
@@ -70,8 +71,9 @@ class Comparison:
         self.warmup = warmup
         self.baseline = baseline
         self.model_name = model_name
-        self.seed = candidate.seed if candidate is not None else 0
-        reference = candidate if candidate is not None else EngineConfig()
+        # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
+        reference = candidate if candidate is not None else (plain or EngineConfig())
+        self.seed = reference.seed
         self.baseline_engine = Engine(models.target, baseline_config(reference)) if baseline is None else None
         self.candidate_engine: Engine | None = None
         self.unsupported: str | None = None  # why the candidate cannot run on these models

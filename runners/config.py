@@ -38,10 +38,10 @@ class TaskConf:
     """Which suite, split and instances to run."""
 
     name: str = "swe-lite"  # swe-lite | swe-bench-lite
-    split: str = "dev"  # swe-lite: train | dev | test; swe-bench-lite: dev | test
+    split: str = "dev"  # swe-lite: train | dev | test (| probe with task.path); swe-bench-lite: dev | test
     limit: int | None = None  # run only the first N instances
     instance_ids: list[str] = field(default_factory=list)  # run only these instances
-    path: str | None = None  # swe-bench-lite: a local copy (JSONL/Parquet/saved dataset) instead of the hub
+    path: str | None = None  # swe-bench-lite: a local copy (JSONL/Parquet/saved dataset); swe-lite: a probe folder
 
 
 @dataclass

@@ -39,13 +39,13 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def suite_hash(suite: str) -> str | None:
-    """Content hash of a frozen bundled suite (swe-lite's manifest); None for hub suites."""
+def suite_hash(suite: str, split: str = "dev", path: str | None = None) -> str | None:
+    """Content hash of a swe-lite-format suite (the bundled one, or a probe at `path`); None for hub suites."""
     if suite != "swe-lite":
         return None
-    from tasks.suites import verify_swe_lite
+    from tasks.suites import swe_lite_root, verify_swe_lite
 
-    return verify_swe_lite()["content_hash"]
+    return verify_swe_lite(swe_lite_root(path, split))["content_hash"]
 
 
 def device_description(device: torch.device) -> str:
@@ -55,13 +55,15 @@ def device_description(device: torch.device) -> str:
     return f"cpu: {platform.processor() or platform.machine()}"
 
 
-def provenance(suite: str, seed: int, device: torch.device) -> dict[str, Any]:
+def provenance(
+    suite: str, seed: int, device: torch.device, split: str = "dev", path: str | None = None
+) -> dict[str, Any]:
     """Everything needed to tell two results apart."""
     return {
         "git": git_commit(),
         "libraries": library_versions(),
         "python": platform.python_version(),
-        "suite_hash": suite_hash(suite),
+        "suite_hash": suite_hash(suite, split, path),
         "seed": seed,
         "threads": torch.get_num_threads(),
         "device": device_description(device),

@@ -141,7 +141,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         extra={
             "name": cfg.run.name,
             "partial": partial,
-            "provenance": provenance(task.name, cfg.run.seed, torch_device),
+            "provenance": provenance(task.name, cfg.run.seed, torch_device, task.split, task.path),
             "config": config_dict,
         },
     )

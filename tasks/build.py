@@ -1,12 +1,18 @@
 """Build the offline `swe-lite` suite: mutate the bundled projects into verified bug-fix tasks.
 
     python -m tasks.build swe-lite [--seed 0] [--projects a,b] [--per-family 12] [--out DIR]
+    python -m tasks.build swe-lite --probe 40 --seed 1 --out runs/probe   # a generalisation probe
 
 For each project, candidate mutations are drawn deterministically (seeded) per module and family,
 run against the project's tests in the sandbox, and kept when at least one test fails and the
 others pass. The failing tests become FAIL_TO_PASS and are held out of the workspace (they come
 back as `test_patch` at evaluation); the issue text comes from running the first of them as a
 script. Splits are assigned by mutation site, so no site appears in two splits.
+
+A probe (`--probe N`) is N fresh instances at sites the committed suite never uses (any split),
+verified the same way and written to `probe.jsonl` + `manifest.json` in a folder of its own: the
+frozen suite is never touched. Candidates are tried in a seeded order that interleaves projects and
+families, and only until N are kept, so a probe of a few dozen takes minutes, not the full build.
 """
 
 from __future__ import annotations
@@ -30,10 +36,18 @@ from tasks.schema import Instance
 from tasks.swelite.diffs import file_diff, remove_functions
 from tasks.swelite.issue_text import compose_issue, innermost_frame, repro_script
 from tasks.swelite.mutations import FAMILIES, Mutation, find_mutations
-from tasks.swelite.projects import content_hash, copy_project, list_projects, project_dir, project_files
+from tasks.swelite.projects import (
+    content_hash,
+    copy_project,
+    list_projects,
+    mutation_site,
+    project_dir,
+    project_files,
+)
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "swe-lite"
 SPLITS = ("train", "dev", "test")
+PROBE_SPLIT = "probe"  # the split name of a generalisation probe (its own folder, never the suite's)
 TEST_CMD = "python -m pytest -rA --tb=no -q -p no:cacheprovider"
 MAX_FAIL_FRACTION = 0.4  # a mutation that breaks more than this share of tests is not one bug
 
@@ -54,8 +68,8 @@ def split_of(project: str, path: str, line: int, seed: int) -> str:
     return "test" if u < 0.2 else "dev" if u < 0.35 else "train"
 
 
-def candidates(project: str, seed: int, per_family: int, families: tuple[str, ...] = FAMILIES) -> list[Candidate]:
-    """Deterministic sample of mutations: up to `per_family` per family per project, distinct sites."""
+def all_mutations(project: str) -> dict[str, list[Candidate]]:
+    """Every candidate mutation of a project's modules (tests and __init__ excluded), by family, in source order."""
     root = project_dir(project)
     by_family: dict[str, list[Candidate]] = defaultdict(list)
     for rel in project_files(root):
@@ -64,6 +78,12 @@ def candidates(project: str, seed: int, per_family: int, families: tuple[str, ..
         source = (root / rel).read_text()
         for m in find_mutations(rel.as_posix(), source):
             by_family[m.family].append(Candidate(project, m, source))
+    return by_family
+
+
+def candidates(project: str, seed: int, per_family: int, families: tuple[str, ...] = FAMILIES) -> list[Candidate]:
+    """Deterministic sample of mutations: up to `per_family` per family per project, distinct sites."""
+    by_family = all_mutations(project)
     chosen: list[Candidate] = []
     for family in families:
         pool = by_family.get(family, [])
@@ -87,8 +107,11 @@ def test_ids(project: str) -> list[str]:
     for rel in project_files(root):
         if rel.parts[0] == "tests" and rel.name.startswith("test_") and rel.suffix == ".py":
             tree = ast.parse((root / rel).read_text())
-            ids += [f"{rel.as_posix()}::{n.name}" for n in tree.body
-                    if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+            ids += [
+                f"{rel.as_posix()}::{n.name}"
+                for n in tree.body
+                if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+            ]
     return ids
 
 
@@ -193,11 +216,18 @@ class Builder:
         return "".join(parts)
 
 
-def write_suite(instances: dict[str, list[Instance]], out: Path, seed: int, projects: dict[str, str]) -> dict:
-    """Write {split}.jsonl and manifest.json; returns the manifest."""
+def write_suite(
+    instances: dict[str, list[Instance]],
+    out: Path,
+    seed: int,
+    projects: dict[str, str],
+    splits: tuple[str, ...] = SPLITS,
+    extra: dict | None = None,
+) -> dict:
+    """Write {split}.jsonl and manifest.json (with `extra` keys added); returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    for split in SPLITS:
+    for split in splits:
         rows = sorted(instances.get(split, []), key=lambda i: i.instance_id)
         text = "".join(json.dumps(i.to_record(), ensure_ascii=False) + "\n" for i in rows)
         (out / f"{split}.jsonl").write_text(text)
@@ -205,19 +235,28 @@ def write_suite(instances: dict[str, list[Instance]], out: Path, seed: int, proj
     manifest = {
         "suite": "swe-lite",
         "seed": seed,
-        "counts": {s: len(instances.get(s, [])) for s in SPLITS},
-        "families": {s: dict(sorted(Counter(i.family for i in instances.get(s, [])).items())) for s in SPLITS},
-        "difficulty": {s: dict(sorted(Counter(i.difficulty for i in instances.get(s, [])).items())) for s in SPLITS},
+        "counts": {s: len(instances.get(s, [])) for s in splits},
+        "families": {s: dict(sorted(Counter(i.family for i in instances.get(s, [])).items())) for s in splits},
+        "difficulty": {s: dict(sorted(Counter(i.difficulty for i in instances.get(s, [])).items())) for s in splits},
         "projects": dict(sorted(projects.items())),
         "files": files,
         "content_hash": hashlib.sha256("".join(files[k] for k in sorted(files)).encode()).hexdigest(),
+        **(extra or {}),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
-def build(seed: int, projects: list[str], per_family: int, out: Path, workers: int = 2, sandbox: str = "local",
-          families: tuple[str, ...] = FAMILIES, update: bool = False) -> dict:
+def build(
+    seed: int,
+    projects: list[str],
+    per_family: int,
+    out: Path,
+    workers: int = 2,
+    sandbox: str = "local",
+    families: tuple[str, ...] = FAMILIES,
+    update: bool = False,
+) -> dict:
     """Build the suite into `out`; returns the manifest.
 
     `update`: rebuild only `projects` and keep every other project's instances from the suite
@@ -254,6 +293,111 @@ def build(seed: int, projects: list[str], per_family: int, out: Path, workers: i
     return write_suite(by_split, out, seed, hashes)
 
 
+def suite_sites(root: Path = DATA_DIR) -> tuple[set[tuple[str, str, int]], str]:
+    """Every (project, file, line) mutation site of a built suite, all splits, and its content hash."""
+    from tasks.suites import verify_swe_lite  # checks the files against the manifest first
+
+    manifest = verify_swe_lite(root)
+    sites = set()
+    for split in manifest["counts"]:
+        for line in (root / f"{split}.jsonl").read_text().splitlines():
+            sites.add(mutation_site(Instance.from_record(json.loads(line))))
+    return sites, manifest["content_hash"]
+
+
+def probe_order(
+    seed: int, projects: list[str], families: tuple[str, ...], exclude: set[tuple[str, str, int]]
+) -> list[Candidate]:
+    """Fresh candidates in a seeded order: per round one per (project, family), shuffled; each site once.
+
+    Interleaving keeps a probe cut after N instances spread over projects and families; `exclude`
+    holds the suite's sites, so nothing the suite (or a model trained on it) saw can come back.
+    """
+    pools = []
+    for project in projects:
+        by_family = all_mutations(project)
+        for family in families:
+            pool = [c for c in by_family.get(family, []) if (project, *c.mutation.site) not in exclude]
+            random.Random(f"probe:{seed}:{project}:{family}").shuffle(pool)
+            pools.append(pool)
+    rng = random.Random(f"probe:{seed}")
+    order: list[Candidate] = []
+    seen: set[tuple[str, str, int]] = set()
+    for rank in range(max(map(len, pools), default=0)):
+        round_ = [pool[rank] for pool in pools if rank < len(pool)]
+        rng.shuffle(round_)
+        for cand in round_:
+            site = (cand.project, *cand.mutation.site)
+            if site not in seen:
+                seen.add(site)
+                order.append(cand)
+    return order
+
+
+def build_probe(
+    seed: int,
+    count: int,
+    out: Path,
+    projects: list[str] | None = None,
+    families: tuple[str, ...] = FAMILIES,
+    workers: int = 2,
+    sandbox: str = "local",
+    suite_root: Path = DATA_DIR,
+) -> dict:
+    """Build `count` fresh instances at sites the suite in `suite_root` never uses into `out`; returns the manifest."""
+    if count < 1:
+        raise ValueError(f"probe size must be >= 1, got {count}")
+    if out.resolve() == suite_root.resolve():
+        raise ValueError(f"refusing to write a probe into the suite folder {suite_root}; pass another --out")
+    exclude, suite_hash = suite_sites(suite_root)
+    projects = projects or list_projects()
+    order = probe_order(seed, projects, families, exclude)
+    # Projects differ in how often a mutation makes a task; a cap keeps one project from filling the probe.
+    cap = -(-count // len(projects))
+    builder = Builder(seed, sandbox)
+    clean: dict[str, list[str]] = {}
+    hashes: dict[str, str] = {}
+    kept: list[Instance] = []
+    per_project: Counter[str] = Counter()
+    used = 0  # candidates up to the last one kept: the same for any worker count
+    position = 0
+    with Progress(transient=True) as progress, ThreadPoolExecutor(max_workers=workers) as pool:
+        bar = progress.add_task("probe: verifying fresh mutations", total=count)
+        while len(kept) < count and position < len(order):
+            # Fewer than half of the fresh candidates make tasks: verify three times what is missing (skipping
+            # projects at their cap), then look again.
+            chunk: list[tuple[int, Candidate]] = []
+            while position < len(order) and len(chunk) < 3 * (count - len(kept)):
+                if per_project[order[position].project] < cap:
+                    chunk.append((position, order[position]))
+                position += 1
+            for project in {c.project for _, c in chunk} - clean.keys():
+                clean[project] = builder.check_clean(project)
+                hashes[project] = content_hash(project_dir(project))
+            results = pool.map(
+                lambda item: builder.verify(item[1], clean[item[1].project], hashes[item[1].project]), chunk
+            )
+            for (index, cand), inst in zip(chunk, results, strict=True):
+                # The suite's sites are read from its diffs: check the built diff too, not only the candidate line.
+                if inst is None or mutation_site(inst) in exclude:
+                    continue
+                if len(kept) < count and per_project[cand.project] < cap:
+                    kept.append(inst)
+                    per_project[cand.project] += 1
+                    used = index + 1
+                    progress.advance(bar)
+    extra = {
+        "kind": "probe",
+        "excludes": {"suite_content_hash": suite_hash, "sites": len(exclude)},
+        "per_project_cap": cap,
+        "candidates_used": used,
+    }
+    present = {i.repo for i in kept}
+    return write_suite(
+        {PROBE_SPLIT: kept}, out, seed, {p: h for p, h in hashes.items() if p in present}, (PROBE_SPLIT,), extra
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     p = argparse.ArgumentParser(prog="python -m tasks.build", description=__doc__.split("\n\n")[0])
@@ -261,11 +405,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--projects", help="comma-separated subset (default: all)")
     p.add_argument("--per-family", type=int, default=12, help="mutation sites tried per family per project")
-    p.add_argument("--out", type=Path, default=DATA_DIR)
+    p.add_argument("--out", type=Path, help=f"output folder (default: {DATA_DIR}; with --probe: runs/probe)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--sandbox", default="local")
     p.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)}")
     p.add_argument("--update", action="store_true", help="rebuild only --projects, keep the others' instances")
+    p.add_argument("--probe", type=int, metavar="N", help="build N fresh instances at sites the suite never uses")
     args = p.parse_args(argv)
     families = tuple(args.families.split(",")) if args.families else FAMILIES
     unknown = sorted(set(families) - set(FAMILIES))
@@ -274,9 +419,27 @@ def main(argv: list[str] | None = None) -> int:
     projects = args.projects.split(",") if args.projects else list_projects()
     for name in projects:
         project_dir(name)  # fails early on an unknown name
-    manifest = build(args.seed, projects, args.per_family, args.out, args.workers, args.sandbox, families, args.update)
+    if args.probe is not None:
+        if args.update:
+            p.error("--probe and --update do not combine")
+        out = args.out or Path("runs/probe")
+        try:
+            manifest = build_probe(args.seed, args.probe, out, projects, families, args.workers, args.sandbox)
+        except ValueError as exc:
+            p.error(str(exc))
+        print(json.dumps({k: manifest[k] for k in ("counts", "families", "difficulty", "candidates_used")}, indent=2))
+        if manifest["counts"][PROBE_SPLIT] < args.probe:
+            print(f"only {manifest['counts'][PROBE_SPLIT]} fresh instances exist for this selection", file=sys.stderr)
+        print(
+            f"wrote {out / 'probe.jsonl'}; evaluate: python -m runners.eval_model task=swe-lite "
+            f"task.split={PROBE_SPLIT} task.path={out}",
+            file=sys.stderr,
+        )
+        return 0
+    out = args.out or DATA_DIR
+    manifest = build(args.seed, projects, args.per_family, out, args.workers, args.sandbox, families, args.update)
     print(json.dumps({k: manifest[k] for k in ("counts", "difficulty")}, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

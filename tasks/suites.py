@@ -1,6 +1,8 @@
 """Load task suites through `datasets`: the bundled `swe-lite` (local JSONL) and SWE-bench Lite.
 
-`swe-lite` is frozen: its JSONL files are checked against the committed manifest on load.
+`swe-lite` is frozen: its JSONL files are checked against the committed manifest on load. A
+generalisation probe (`python -m tasks.build swe-lite --probe N --out DIR`) loads the same way with
+`path=DIR` (or `DIR/probe.jsonl`) and split `probe`, checked against its own manifest.
 `swe-bench-lite` comes from the hub (`princeton-nlp/SWE-bench_Lite`); offline, point `path` at a
 local copy (a JSONL/JSON/Parquet file or a folder saved with `Dataset.save_to_disk`).
 """
@@ -45,6 +47,11 @@ def verify_swe_lite(root: Path = SWE_LITE_DIR) -> dict:
     """The manifest, after checking every split file's sha256 against it."""
     manifest_path = root / "manifest.json"
     if not manifest_path.exists():
+        if Path(root).resolve() != SWE_LITE_DIR.resolve():
+            raise SuiteUnavailableError(
+                f"no swe-lite manifest at {manifest_path}: task.path must be a folder (or one of its .jsonl files) "
+                "written by `python -m tasks.build swe-lite --probe N --out DIR`"
+            )
         raise SuiteUnavailableError(
             f"swe-lite is not built: {manifest_path} missing; run `python -m tasks.build swe-lite`"
         )
@@ -53,12 +60,40 @@ def verify_swe_lite(root: Path = SWE_LITE_DIR) -> dict:
         actual = hashlib.sha256((root / name).read_bytes()).hexdigest()
         if actual != digest:
             raise SuiteUnavailableError(f"swe-lite file {name} does not match its manifest (sha256 {actual[:12]})")
+    if manifest.get("kind") == "probe":
+        _check_probe_against_suite(manifest, root)
     return manifest
 
 
-def load_swe_lite(split: str, limit: int | None = None, instance_ids: list[str] | None = None,
-                  root: Path = SWE_LITE_DIR) -> list[Instance]:
-    """Instances of one swe-lite split, loaded with `datasets` from the committed JSONL."""
+def _check_probe_against_suite(manifest: dict, root: Path) -> None:
+    """A probe excludes the sites of the suite it was built against; a rebuilt suite may now share some."""
+    built_against = manifest["excludes"]["suite_content_hash"]
+    current = json.loads((SWE_LITE_DIR / "manifest.json").read_text())["content_hash"]
+    if built_against != current:
+        raise SuiteUnavailableError(
+            f"the probe in {root} was built against swe-lite {built_against[:12]}, but the suite is now "
+            f"{current[:12]}: it may share mutation sites with it; rebuild it with "
+            f"`python -m tasks.build swe-lite --probe {manifest['counts'].get('probe', 40)} "
+            f"--seed {manifest['seed']} --out {root}`"
+        )
+
+
+def swe_lite_root(path: str | None, split: str) -> Path:
+    """The folder of a swe-lite-format suite: the bundled one, a folder, or the folder of a `<split>.jsonl` file."""
+    if not path:
+        return SWE_LITE_DIR
+    p = Path(path).expanduser()
+    if p.suffix == ".jsonl":
+        if p.stem != split:
+            raise ValueError(f"task.path {p} holds the {p.stem!r} split but split={split!r}; pass split={p.stem}")
+        return p.parent
+    return p
+
+
+def load_swe_lite(
+    split: str, limit: int | None = None, instance_ids: list[str] | None = None, root: Path = SWE_LITE_DIR
+) -> list[Instance]:
+    """Instances of one split of swe-lite (or of a probe folder `root`), loaded with `datasets`, manifest-checked."""
     from datasets import load_dataset
 
     manifest = verify_swe_lite(root)
@@ -68,8 +103,9 @@ def load_swe_lite(split: str, limit: int | None = None, instance_ids: list[str] 
     return _select(list(data), limit, instance_ids, f"swe-lite/{split}")
 
 
-def load_swe_bench_lite(split: str = "test", limit: int | None = None, instance_ids: list[str] | None = None,
-                        path: str | None = None) -> list[Instance]:
+def load_swe_bench_lite(
+    split: str = "test", limit: int | None = None, instance_ids: list[str] | None = None, path: str | None = None
+) -> list[Instance]:
     """SWE-bench Lite from the hub, or from `path` (a local data file or a saved dataset folder)."""
     from datasets import Dataset, load_dataset, load_from_disk
 
@@ -113,17 +149,18 @@ def _hub_reachable(timeout: float = 3.0) -> tuple[bool, str]:
 def _offline_message(cause: str) -> str:
     return (
         f"swe-bench-lite: cannot reach the dataset hub for {SWE_BENCH_LITE_ID} ({cause}). "
-        "On a machine with network, run `python -c \"from datasets import load_dataset; "
+        'On a machine with network, run `python -c "from datasets import load_dataset; '
         f"load_dataset('{SWE_BENCH_LITE_ID}', split='test').to_json('swe-bench-lite-test.jsonl')\"`, "
         "copy the file here and pass it as task.path=/path/to/swe-bench-lite-test.jsonl."
     )
 
 
-def load_suite(name: str, split: str, limit: int | None = None, instance_ids: list[str] | None = None,
-               path: str | None = None) -> list[Instance]:
+def load_suite(
+    name: str, split: str, limit: int | None = None, instance_ids: list[str] | None = None, path: str | None = None
+) -> list[Instance]:
     """Instances of a suite by name; unknown names list the allowed ones."""
     if name == "swe-lite":
-        return load_swe_lite(split, limit, instance_ids, Path(path) if path else SWE_LITE_DIR)
+        return load_swe_lite(split, limit, instance_ids, swe_lite_root(path, split))
     if name == "swe-bench-lite":
         return load_swe_bench_lite(split, limit, instance_ids, path)
     raise ValueError(f"unknown suite {name!r}; allowed: {list(SUITES)}")

@@ -1,0 +1,281 @@
+"""Evaluate one model on a task suite with plain decoding: success rate, exit statuses, steps, per family.
+
+    python -m runners.eval_model task=swe-lite task.split=test [model=spectune-tiny] [task.limit=N]
+    python -m runners.eval_model task=swe-lite task.split=probe task.path=runs/probe   # a generalisation probe
+
+Speculation is off (drafter none) whatever `engine.drafter` says; the engine's sampling settings
+(temperature, top_k, top_p) and `run.seed` apply. The agent, sandbox and evaluation are the runner's
+own (a `Comparison` with no candidate); only the target model is loaded. Writes runs/<run.name>/
+eval.json, predictions.jsonl (SWE-bench format) and trajectories/; Ctrl-C writes a partial eval.json.
+Non-goal: speed comparisons (that is `runners.run`, OFF vs ON in one process).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from agents.loop import STATUSES as AGENT_STATUSES
+from engine.loading import ModelNotFoundError
+from runners.compare import Comparison
+from runners.config import baseline_config, check_config, register_configs
+from runners.environment import make_environment
+from runners.models import load_models
+from runners.outcomes import SideRun
+from runners.outputs import dumps_strict, write_atomic
+from runners.provenance import provenance
+from runners.report import RunProgress
+from runners.run import CONF_DIR, agent_config
+from runners.summary import side_summary
+from runners.tracking import make_tracker
+from tasks.schema import Instance
+from tasks.suites import SuiteUnavailableError, load_suite, swe_lite_root, verify_swe_lite
+
+# side_summary keys left out of eval.json's `generation` block: reported at the top, or drafting-only.
+NOT_GENERATION = (
+    "success_rate",
+    "successes",
+    "tasks",
+    "statuses",
+    "unsupported",
+    "per_position",
+    "acceptance_rate",
+    "mean_accepted_length",
+)
+EVAL_FILE = "eval.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+# Command-line defaults that differ from `runners.run`: plain decoding, and a run name that says "eval".
+DEFAULT_OVERRIDES = (
+    "engine=none",
+    "run.name=eval-${task.name}-${task.split}-${model.name}-${now:%Y%m%d-%H%M%S}",
+)
+
+
+def _rate(successes: int, tasks: int) -> dict[str, Any]:
+    return {"tasks": tasks, "successes": successes, "success_rate": successes / tasks if tasks else None}
+
+
+def _group(runs: list[SideRun], key: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Tasks, successes and success rate per group (task runs grouped by `key[instance_id]`)."""
+    tasks: Counter[str] = Counter(key[r.instance_id] or "unknown" for r in runs)
+    wins: Counter[str] = Counter(key[r.instance_id] or "unknown" for r in runs if r.success)
+    return {name: _rate(wins[name], tasks[name]) for name in sorted(tasks)}
+
+
+def breakdown(runs: list[SideRun], instances: list[Instance]) -> dict[str, Any]:
+    """Success rate, agent exit statuses, evaluation statuses, mean steps, success per family and difficulty."""
+    statuses = dict.fromkeys(AGENT_STATUSES, 0)  # every status listed, so runs compare key by key
+    statuses.update(Counter(r.status for r in runs))
+    return {
+        **_rate(sum(r.success for r in runs), len(runs)),
+        "statuses": statuses,
+        "evaluation_statuses": dict(sorted(Counter(r.evaluation_status for r in runs).items())),
+        "mean_steps": statistics.fmean(r.steps for r in runs) if runs else None,
+        "by_family": _group(runs, {i.instance_id: i.family for i in instances}),
+        "by_difficulty": _group(runs, {i.instance_id: i.difficulty for i in instances}),
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def eval_tables(result: dict[str, Any], title: str) -> list[Table]:
+    """The overview (success rate, statuses, steps, speed) and one table per family and per difficulty."""
+    overview = Table(title=title, title_justify="left")
+    overview.add_column("metric")
+    overview.add_column("value", justify="right")
+    overview.add_row("success rate", f"{_pct(result['success_rate'])} ({result['successes']} / {result['tasks']})")
+    for status, count in result["statuses"].items():
+        overview.add_row(f"exit status: {status}", str(count))
+    for status, count in result["evaluation_statuses"].items():
+        overview.add_row(f"evaluation: {status}", str(count))
+    steps = result["mean_steps"]
+    overview.add_row("mean steps", "-" if steps is None else f"{steps:.1f}")
+    gen = result["generation"]
+    tokens_per_s = gen.get("decode_tokens_per_s")
+    overview.add_row("decode tokens/s", "-" if tokens_per_s is None else f"{tokens_per_s:.1f}")
+    overview.add_row("agent time (evaluation apart)", f"{gen.get('agent_time_s') or 0.0:.1f} s")
+    tables = [overview]
+    for key, label in (("by_family", "mutation family"), ("by_difficulty", "difficulty")):
+        table = Table(title=f"success by {label}", title_justify="left")
+        for column in (label, "tasks", "successes", "success rate"):
+            table.add_column(column, justify="left" if column == label else "right")
+        for name, row in result[key].items():
+            table.add_row(name, str(row["tasks"]), str(row["successes"]), _pct(row["success_rate"]))
+        tables.append(table)
+    return tables
+
+
+def _suite_hash(name: str, split: str, path: str | None) -> str | None:
+    """Content hash of the loaded swe-lite folder: the bundled suite's, or a probe's own (None for hub suites)."""
+    if name != "swe-lite":
+        return None
+    return verify_swe_lite(swe_lite_root(path, split))["content_hash"]
+
+
+def _predictions(runs: list[SideRun], model_name: str) -> str:
+    """SWE-bench predictions, one JSON line per task run."""
+    rows = [{"instance_id": r.instance_id, "model_name_or_path": model_name, "model_patch": r.patch} for r in runs]
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the model on the configured tasks with plain decoding and write eval.json; returns its content."""
+    console = console or Console(stderr=True)
+    speculative = check_config(cfg)  # validates the whole config before anything is loaded
+    plain = baseline_config(speculative)  # drafter none with the configured sampling and seed
+    if cfg.engine.drafter != "none":
+        console.print(
+            f"[yellow]note:[/] eval_model decodes plainly; engine.drafter={cfg.engine.drafter} is ignored "
+            "(compare speculation with `python -m runners.run`)"
+        )
+    task = cfg.task
+    instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path)
+    environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    models = load_models(cfg.model.target, None, device=cfg.model.device or cfg.hardware.device, dtype=cfg.model.dtype)
+    out_dir = Path(cfg.run.root) / cfg.run.name
+    comparison = Comparison(
+        models,
+        None,
+        instances,
+        environment,
+        agent_config(cfg),
+        out_dir,
+        repeats=cfg.run.repeats,
+        warmup=cfg.run.warmup,
+        model_name=cfg.model.name,
+        plain=plain,
+    )
+    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    tags = {"kind": "eval", "model": cfg.model.name, "task": f"{task.name}/{task.split}", "drafter": "none"}
+    tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
+    tracker.start(cfg.run.name, config_dict, tags)
+    console.print(
+        f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), plain decoding (temperature={plain.temperature}) "
+        f"of {cfg.model.name} -> {out_dir}"
+    )
+    runs: list[SideRun] = []
+    partial = False
+    try:
+        with RunProgress(len(instances) * cfg.run.repeats, cfg.run.progress, console) as progress:
+            for outcome in comparison:
+                assert outcome.baseline is not None  # measured here, never supplied
+                runs.append(outcome.baseline)
+                progress.update(outcome)
+    except KeyboardInterrupt:
+        partial = True
+        console.print(f"[yellow]interrupted:[/] writing a partial eval of {len(runs)} finished task run(s)")
+    by_id = {i.instance_id: i for i in instances}
+    # Speed and token counts of the plain decoding; successes and statuses are reported above it.
+    generation = {k: v for k, v in side_summary(runs, cfg.run.repeats).items() if k not in NOT_GENERATION}
+    result = {
+        "name": cfg.run.name,
+        "partial": partial,
+        "model": {
+            "name": cfg.model.name,
+            "target": models.target_path,
+            "dtype": str(models.target.dtype).removeprefix("torch."),
+        },
+        "task": {
+            "name": task.name,
+            "split": task.split,
+            "path": task.path,
+            "instances": len(instances),
+            "content_hash": _suite_hash(task.name, task.split, task.path),
+        },
+        "decoding": {
+            "drafter": "none",
+            "temperature": plain.temperature,
+            "top_k": plain.top_k,
+            "top_p": plain.top_p,
+            "seed": plain.seed,
+        },
+        "repeats": cfg.run.repeats,
+        **breakdown(runs, instances),
+        "generation": generation,
+        "per_task": [
+            {
+                **r.to_dict(),
+                "family": by_id[r.instance_id].family,
+                "difficulty": by_id[r.instance_id].difficulty,
+                "patch": r.patch,
+            }
+            for r in runs
+        ],
+        "provenance": provenance(task.name, cfg.run.seed, models.target.device, task.split, task.path),
+        "config": config_dict,
+    }
+    paths = [out_dir / EVAL_FILE, out_dir / PREDICTIONS_FILE]
+    write_atomic(paths[0], dumps_strict(result))
+    write_atomic(paths[1], _predictions([r for r in runs if r.repeat == 0], cfg.model.name))
+    if (out_dir / "trajectories").is_dir():
+        paths.append(out_dir / "trajectories")
+    title = f"{cfg.model.name} on {task.name}/{task.split}, plain decoding"
+    for table in eval_tables(result, title):
+        Console().print(table)
+    _track(tracker, result, runs, paths, "KILLED" if partial else "FINISHED", console)
+    console.print(f"results: {paths[0]}")
+    return result
+
+
+def _track(tracker, result: dict[str, Any], runs: list[SideRun], paths: list[Path], status: str, console) -> None:
+    """Log the evaluation as the parent's plain-decoding side; a tracking failure never loses the written files."""
+    try:
+        rows = [
+            {"instance_id": r.instance_id, "step": step, "time_s": r.time_s, "success": r.success, "repeat": r.repeat}
+            for step, r in enumerate(runs)
+        ]
+        keys = ("success_rate", "successes", "tasks", "mean_steps", "statuses", "by_family", "by_difficulty")
+        side = {**{k: result[k] for k in keys}, **result["generation"]}
+        tracker.log_side("baseline", {"side": "baseline", "drafter": "none"}, {"side": "baseline"}, side, rows, {})
+        tracker.log_artifacts(paths)
+        tracker.finish(status)
+    except Exception as exc:
+        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in the run folder)")
+        try:
+            tracker.finish("FAILED")
+        except Exception:
+            pass
+
+
+def with_defaults(argv: list[str]) -> list[str]:
+    """The command line with eval_model's defaults put first, each unless the user set that key."""
+    given = {arg.split("=", 1)[0].lstrip("+~") for arg in argv if "=" in arg}
+    return [d for d in DEFAULT_OVERRIDES if d.split("=", 1)[0] not in given] + argv
+
+
+register_configs()
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
+def _hydra_main(cfg: DictConfig) -> None:
+    try:
+        result = evaluate_model(cfg)
+    except (ValueError, ModelNotFoundError, SuiteUnavailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if result["partial"]:
+        sys.exit(130)
+
+
+def main() -> None:
+    """Entry point: Hydra composes conf/ with eval_model's defaults; bad config or input exits 2 with one line."""
+    sys.argv[1:] = with_defaults(sys.argv[1:])
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
