@@ -20,26 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from agents.loop import STATUSES as AGENT_STATUSES
 from engine.loading import ModelNotFoundError
-from runners.compare import Comparison
 from runners.config import baseline_config, check_config, register_configs
-from runners.environment import make_environment
-from runners.models import load_models
 from runners.outcomes import SideRun
 from runners.outputs import dumps_strict, write_atomic
 from runners.provenance import provenance
 from runners.report import RunProgress
-from runners.run import CONF_DIR, agent_config
+from runners.run import CONF_DIR, prepare
 from runners.summary import side_summary
 from runners.tracking import make_tracker
 from tasks.schema import Instance
-from tasks.suites import SuiteUnavailableError, load_suite, swe_lite_root, verify_swe_lite
+from tasks.suites import SuiteUnavailableError, swe_lite_root, verify_swe_lite
 
 # side_summary keys left out of eval.json's `generation` block: reported at the top, or drafting-only.
 NOT_GENERATION = (
@@ -141,24 +137,7 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
             "(compare speculation with `python -m runners.run`)"
         )
     task = cfg.task
-    instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path)
-    environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    models = load_models(cfg.model.target, None, device=cfg.model.device or cfg.hardware.device, dtype=cfg.model.dtype)
-    out_dir = Path(cfg.run.root) / cfg.run.name
-    comparison = Comparison(
-        models,
-        None,
-        instances,
-        environment,
-        agent_config(cfg),
-        out_dir,
-        repeats=cfg.run.repeats,
-        warmup=cfg.run.warmup,
-        model_name=cfg.model.name,
-        plain=plain,
-    )
+    instances, models, out_dir, comparison = prepare(cfg, None, draft=None, plain=plain)
     config_dict = OmegaConf.to_container(cfg, resolve=True)
     tags = {"kind": "eval", "model": cfg.model.name, "task": f"{task.name}/{task.split}", "drafter": "none"}
     tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)

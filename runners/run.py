@@ -19,11 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from agents.loop import AgentConfig
+from engine.engine import EngineConfig
 from engine.loading import ModelNotFoundError
 from runners.compare import Comparison
 from runners.config import GIB, check_config, register_configs
 from runners.environment import make_environment
-from runners.models import load_models
+from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
 from runners.outputs import write_outputs
 from runners.plots import save_plots
@@ -31,6 +32,7 @@ from runners.provenance import provenance
 from runners.report import RunProgress, summary_table
 from runners.summary import summarize
 from runners.tracking import make_tracker
+from tasks.schema import Instance
 from tasks.suites import SuiteUnavailableError, load_suite
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -76,18 +78,17 @@ def hardware_block(cfg: DictConfig, device: torch.device, summary: dict[str, Any
     }
 
 
-def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run the configured comparison and write its outputs; returns the summary. Raises on bad config."""
-    console = console or Console(stderr=True)
-    candidate = check_config(cfg)
+def prepare(
+    cfg: DictConfig, candidate: EngineConfig | None, *, draft: str | None, plain: EngineConfig | None = None
+) -> tuple[list[Instance], Models, Path, Comparison]:
+    """Instances, loaded models, output folder and the Comparison a command runs (shared by run and eval_model)."""
     task = cfg.task
     instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path)
     environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     device = cfg.model.device or cfg.hardware.device
-    models = load_models(cfg.model.target, cfg.model.draft, device=device, dtype=cfg.model.dtype)
-    torch_device = models.target.device
+    models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype)
     out_dir = Path(cfg.run.root) / cfg.run.name
     comparison = Comparison(
         models,
@@ -99,7 +100,18 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         repeats=cfg.run.repeats,
         warmup=cfg.run.warmup,
         model_name=cfg.model.name,
+        plain=plain,
     )
+    return instances, models, out_dir, comparison
+
+
+def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the configured comparison and write its outputs; returns the summary. Raises on bad config."""
+    console = console or Console(stderr=True)
+    candidate = check_config(cfg)
+    task = cfg.task
+    instances, models, out_dir, comparison = prepare(cfg, candidate, draft=cfg.model.draft)
+    torch_device = models.target.device
     if torch_device.type != "cuda":
         console.print(
             f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
