@@ -18,6 +18,7 @@ from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
 from engine.engine import EngineConfig
 from engine.gamma import GAMMA_POLICIES
+from tasks.suites import SUBSETS
 
 GIB = 1 << 30
 
@@ -39,7 +40,8 @@ class TaskConf:
 
     name: str = "swe-lite"  # swe-lite | swe-bench-lite
     split: str = "dev"  # swe-lite: train | dev | test (| probe with task.path); swe-bench-lite: dev | test
-    limit: int | None = None  # run only the first N instances
+    limit: int | None = None  # run only N instances (which ones: `subset`)
+    subset: str = "first"  # first: the first `limit` instances | spread: `limit` evenly spaced over the split
     instance_ids: list[str] = field(default_factory=list)  # run only these instances
     path: str | None = None  # swe-bench-lite: a local copy (JSONL/Parquet/saved dataset); swe-lite: a probe folder
 
@@ -178,6 +180,7 @@ def baseline_config(candidate: EngineConfig) -> EngineConfig:
 def check_config(cfg: Any) -> EngineConfig:
     """Validate closed choices and ranges without loading anything; returns the candidate EngineConfig."""
     _choice(cfg.task.name, SUITES, "task")
+    _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
     _choice(cfg.engine.drafter, sorted(DRAFTERS), "engine.drafter")
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")

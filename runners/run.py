@@ -83,7 +83,7 @@ def prepare(
 ) -> tuple[list[Instance], Models, Path, Comparison]:
     """Instances, loaded models, output folder and the Comparison a command runs (shared by run and eval_model)."""
     task = cfg.task
-    instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path)
+    instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path, task.subset)
     environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)

@@ -22,13 +22,29 @@ SUITES = ("swe-lite", "swe-bench-lite")
 SWE_LITE_DIR = Path(__file__).resolve().parent / "data" / "swe-lite"
 SWE_BENCH_LITE_ID = "princeton-nlp/SWE-bench_Lite"
 SWE_BENCH_LITE_SPLITS = ("dev", "test")
+SUBSETS = ("first", "spread")  # how `limit` picks instances: the first N, or N evenly spaced over the split
 
 
 class SuiteUnavailableError(RuntimeError):
     """A suite cannot be loaded here (no hub, missing files); the message says what to do."""
 
 
-def _select(records: list[dict], limit: int | None, instance_ids: list[str] | None, where: str) -> list[Instance]:
+def spread(items: list, n: int) -> list:
+    """n items evenly spaced over `items` (first included), in order; all of them when n >= len(items).
+
+    Suites are ordered by project, so the first N instances of a split often come from one project;
+    evenly spaced ones cover every project in proportion.
+    """
+    if n >= len(items):
+        return list(items)
+    return [items[(i * len(items)) // n] for i in range(n)]
+
+
+def _select(
+    records: list[dict], limit: int | None, instance_ids: list[str] | None, where: str, subset: str = "first"
+) -> list[Instance]:
+    if subset not in SUBSETS:
+        raise ValueError(f"unknown subset {subset!r}; allowed: {list(SUBSETS)}")
     instances = [Instance.from_record(r) for r in records]
     if instance_ids:
         wanted = set(instance_ids)
@@ -39,7 +55,7 @@ def _select(records: list[dict], limit: int | None, instance_ids: list[str] | No
     if limit is not None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        instances = instances[:limit]
+        instances = instances[:limit] if subset == "first" else spread(instances, limit)
     return instances
 
 
@@ -91,7 +107,11 @@ def swe_lite_root(path: str | None, split: str) -> Path:
 
 
 def load_swe_lite(
-    split: str, limit: int | None = None, instance_ids: list[str] | None = None, root: Path = SWE_LITE_DIR
+    split: str,
+    limit: int | None = None,
+    instance_ids: list[str] | None = None,
+    root: Path = SWE_LITE_DIR,
+    subset: str = "first",
 ) -> list[Instance]:
     """Instances of one split of swe-lite (or of a probe folder `root`), loaded with `datasets`, manifest-checked."""
     from datasets import load_dataset
@@ -100,11 +120,15 @@ def load_swe_lite(
     if split not in manifest["counts"]:
         raise ValueError(f"unknown swe-lite split {split!r}; allowed: {sorted(manifest['counts'])}")
     data = load_dataset("json", data_files=str(root / f"{split}.jsonl"), split="train", keep_in_memory=True)
-    return _select(list(data), limit, instance_ids, f"swe-lite/{split}")
+    return _select(list(data), limit, instance_ids, f"swe-lite/{split}", subset)
 
 
 def load_swe_bench_lite(
-    split: str = "test", limit: int | None = None, instance_ids: list[str] | None = None, path: str | None = None
+    split: str = "test",
+    limit: int | None = None,
+    instance_ids: list[str] | None = None,
+    path: str | None = None,
+    subset: str = "first",
 ) -> list[Instance]:
     """SWE-bench Lite from the hub, or from `path` (a local data file or a saved dataset folder)."""
     from datasets import Dataset, load_dataset, load_from_disk
@@ -123,7 +147,7 @@ def load_swe_bench_lite(
             if kind is None:
                 raise ValueError(f"swe-bench-lite: unsupported file type {p.suffix!r} (use .jsonl, .json or .parquet)")
             data = load_dataset(kind, data_files=str(p), split="train", keep_in_memory=True)
-        return _select(list(data), limit, instance_ids, str(p))
+        return _select(list(data), limit, instance_ids, str(p), subset)
     if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
         raise SuiteUnavailableError(_offline_message("offline mode is set (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)"))
     reachable, why = _hub_reachable()
@@ -133,7 +157,7 @@ def load_swe_bench_lite(
         data = load_dataset(SWE_BENCH_LITE_ID, split=split)
     except Exception as exc:  # datasets raises many types for "no network"; all mean the same here
         raise SuiteUnavailableError(_offline_message(f"{type(exc).__name__}: {exc}")) from exc
-    return _select(list(data), limit, instance_ids, SWE_BENCH_LITE_ID)
+    return _select(list(data), limit, instance_ids, SWE_BENCH_LITE_ID, subset)
 
 
 def _hub_reachable(timeout: float = 3.0) -> tuple[bool, str]:
@@ -156,11 +180,16 @@ def _offline_message(cause: str) -> str:
 
 
 def load_suite(
-    name: str, split: str, limit: int | None = None, instance_ids: list[str] | None = None, path: str | None = None
+    name: str,
+    split: str,
+    limit: int | None = None,
+    instance_ids: list[str] | None = None,
+    path: str | None = None,
+    subset: str = "first",
 ) -> list[Instance]:
-    """Instances of a suite by name; unknown names list the allowed ones."""
+    """Instances of a suite by name (`limit` of them, picked as `subset` says); unknown names list the allowed ones."""
     if name == "swe-lite":
-        return load_swe_lite(split, limit, instance_ids, swe_lite_root(path, split))
+        return load_swe_lite(split, limit, instance_ids, swe_lite_root(path, split), subset)
     if name == "swe-bench-lite":
-        return load_swe_bench_lite(split, limit, instance_ids, path)
+        return load_swe_bench_lite(split, limit, instance_ids, path, subset)
     raise ValueError(f"unknown suite {name!r}; allowed: {list(SUITES)}")

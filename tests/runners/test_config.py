@@ -91,6 +91,7 @@ def test_wrong_type_is_refused():
         ("engine.gamma_policy=magic", "heuristic"),
         ("sandbox.name=vm", "docker"),
         ("task.name=humaneval", "swe-bench-lite"),
+        ("task.subset=random", "spread"),
     ],
 )
 def test_wrong_choice_names_the_allowed_values(override, allowed):

@@ -12,7 +12,7 @@ import pytest
 from tasks.evaluation import parse_outcomes
 from tasks.patching import PatchError, apply_patch, check_patch, patch_paths, touched_tests
 from tasks.schema import Instance
-from tasks.suites import SuiteUnavailableError, load_suite, load_swe_bench_lite
+from tasks.suites import SuiteUnavailableError, load_suite, load_swe_bench_lite, spread
 from tasks.swelite.diffs import file_diff, remove_functions
 from tasks.swelite.issue_text import compose_issue, innermost_frame, repro_script
 from tasks.swelite.mutations import FAMILIES, find_mutations
@@ -171,3 +171,23 @@ def test_parse_outcomes_marks_missing_and_collection_errors():
                                "tests/test_c.py::test_w"])
     assert got == {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "failed",
                    "tests/test_b.py::test_z": "error", "tests/test_c.py::test_w": "missing"}
+
+
+def test_spread_picks_evenly_spaced_items_in_order():
+    assert spread(list(range(10)), 5) == [0, 2, 4, 6, 8]
+    assert spread(list(range(7)), 3) == [0, 2, 4]
+    assert spread([1, 2], 5) == [1, 2]  # fewer items than asked: all of them
+
+
+def test_spread_subset_covers_every_project_of_the_test_split():
+    first = load_suite("swe-lite", "test", limit=20)
+    spread_out = load_suite("swe-lite", "test", limit=20, subset="spread")
+    everything = [i.instance_id for i in load_suite("swe-lite", "test")]
+    assert len(spread_out) == 20 and len({i.instance_id for i in spread_out}) == 20
+    # The split is ordered by project: the first 20 come from two projects, 20 spread ones from all eight.
+    assert len({i.repo for i in first}) <= 2
+    assert {i.repo for i in spread_out} == {i.repo for i in load_suite("swe-lite", "test")}
+    positions = [everything.index(i.instance_id) for i in spread_out]
+    assert positions == sorted(positions)
+    with pytest.raises(ValueError, match="allowed"):
+        load_suite("swe-lite", "test", limit=3, subset="random")
