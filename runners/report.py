@@ -84,7 +84,10 @@ def _ids(ids: list[str], lead: str = "") -> str:
 
 
 class RunProgress:
-    """A progress bar over task runs with the running OFF/ON figures (silent when disabled)."""
+    """A progress bar over task runs with the running OFF/ON figures (silent when disabled).
+
+    Into a file or pipe, where a live bar never shows, it prints one plain line per finished task run instead.
+    """
 
     def __init__(self, total: int, enabled: bool = True, console: Console | None = None) -> None:
         self.enabled = enabled
@@ -100,6 +103,8 @@ class RunProgress:
             disable=not enabled,
         )
         self.task = self.progress.add_task("tasks", total=total, figures="")
+        self.total, self.done = total, 0
+        self.plain_lines = enabled and not self.progress.console.is_terminal
         self.counts = {"baseline": [0, 0, 0.0], "candidate": [0, 0, 0.0]}  # successes, runs, seconds
 
     def __enter__(self) -> RunProgress:
@@ -123,3 +128,22 @@ class RunProgress:
                 per = f"{c[2] / c[0]:.1f}s/success" if c[0] else "no success yet"
                 parts.append(f"{label} {c[0]}/{c[1]} {per}")
         self.progress.update(self.task, advance=1, figures="  ".join(parts))
+        self.done += 1
+        if self.plain_lines:
+            self.progress.console.print(
+                f"[{self.done}/{self.total}] {outcome.instance_id} r{outcome.repeat}: {_side_line(outcome)}"
+                f" | running: {'  '.join(parts)}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+def _side_line(outcome: TaskOutcome) -> str:
+    """`OFF resolved 1.9s · ON resolved 2.1s` for one finished task run."""
+    out = []
+    for side, label in (("baseline", "OFF"), ("candidate", "ON")):
+        run = getattr(outcome, side)
+        if run is not None:
+            out.append(f"{label} {'resolved' if run.success else 'unresolved'} {run.time_s:.1f}s")
+    return " · ".join(out)

@@ -101,3 +101,26 @@ def test_sampled_runs_do_not_report_divergence():
     ]
     summary = summarize(outcomes, repeats=1, lossy=False, greedy=False, unsupported=None)
     assert summary["per_task"][0]["first_divergence"] is None and summary["diverged_tasks"] == []
+
+
+def test_progress_into_a_file_prints_one_plain_line_per_task_run():
+    import io
+
+    from rich.console import Console
+
+    from runners.report import RunProgress
+
+    out = io.StringIO()
+    with RunProgress(2, enabled=True, console=Console(file=out, width=200)) as progress:
+        progress.update(
+            TaskOutcome("a", 0, 0, _run("a", "baseline", 0, True, 2.0), _run("a", "candidate", 0, True, 1.0))
+        )
+        progress.update(TaskOutcome("b", 1, 0, _run("b", "baseline", 0, False, 4.0), None))
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("[")]
+    assert lines[0].startswith("[1/2] a r0: OFF resolved 2.0s · ON resolved 1.0s")
+    assert "OFF 1/1 2.0s/success" in lines[0] and "ON 1/1 1.0s/success" in lines[0]
+    assert lines[1].startswith("[2/2] b r0: OFF unresolved 4.0s |")
+    silent = io.StringIO()
+    with RunProgress(1, enabled=False, console=Console(file=silent)) as progress:
+        progress.update(TaskOutcome("a", 0, 0, _run("a", "baseline", 0, True, 2.0), None))
+    assert silent.getvalue() == ""
