@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from runners.bench_engine import MIN_REPEATS, RATIOS
+from runners.bench_engine import MIN_REPEATS, PROMPT_SETS, RATIOS
 
 
 def _positive(value: str) -> int:
@@ -33,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--model", default=None, help="target model folder (default: a cached tiny random model)")
     eng.add_argument(
         "--draft", default=None, help="draft model folder for draft_model / assisted generation (needs --model)"
+    )
+    eng.add_argument(
+        "--prompts",
+        choices=PROMPT_SETS,
+        default="builtin",
+        help="builtin: fixed generic texts; swe-lite: the agent's real context before the scripted expert's edit on"
+        " 4 test instances (what a suite-fitted model such as spectune-tiny is measured on)",
     )
     eng.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     eng.add_argument(
@@ -87,7 +94,14 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         report = run_engine_bench(
-            args.model, args.draft, repeats, max_new, args.gamma, args.quick, progress=not args.no_progress
+            args.model,
+            args.draft,
+            repeats,
+            max_new,
+            args.gamma,
+            args.quick,
+            progress=not args.no_progress,
+            prompt_set=args.prompts,
         )
     finally:
         torch.set_num_threads(threads)
@@ -111,6 +125,12 @@ def _model_line(m: dict[str, Any] | None) -> str:
     return f"{m['arch']} {m['layers']}x{m['hidden']} ({_fmt_params(m['parameters'])} params, {m['dtype']})"
 
 
+def _kinds(kinds: list[str]) -> str:
+    """`2 copy-heavy, 2 free` / `4 agent`: how many prompts of each kind."""
+    labels = {"copy": "copy-heavy"}
+    return ", ".join(f"{kinds.count(k)} {labels.get(k, k)}" for k in dict.fromkeys(kinds))
+
+
 def render(report: dict[str, Any]) -> None:
     """Rich tables: throughput and acceptance per case, then ratios and the identity verdict."""
     from rich.console import Console
@@ -125,8 +145,8 @@ def render(report: dict[str, Any]) -> None:
         f"[bold]bench engine[/] device {s['device']} · threads {s['threads']} of {s['cpu_count']} CPUs"
         f" · load {s['load_average_1m']['start']}→{s['load_average_1m']['end']} · target {_model_line(s['target'])}"
         f" · draft {_model_line(s['draft'])} · gamma {s['gamma']} · max_new_tokens {s['max_new_tokens']}"
-        f" · repeats {s['repeats']} · prompts {len(kinds)} ({kinds.count('copy')} copy-heavy,"
-        f" {kinds.count('free')} free) · torch {s['torch']} · transformers {s['transformers']}"
+        f" · repeats {s['repeats']} · prompts {len(kinds)} ({_kinds(kinds)})"
+        f" · torch {s['torch']} · transformers {s['transformers']}"
     )
 
     cases = Table(title="Cases (tokens/s: median over repeats, min–max)")

@@ -30,6 +30,8 @@ from engine.engine import Engine, EngineConfig
 from engine.loading import LoadedModel, load_model
 from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
+PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
+
 CACHE_ENV = "SPECTUNE_CACHE"
 MIN_REPEATS = 5
 
@@ -524,8 +526,13 @@ def run_engine_bench(
     gamma: int,
     quick: bool,
     progress: bool = True,
+    prompt_set: str = "builtin",
 ) -> dict[str, Any]:
-    """Load (or build) the models, measure every case, return the report."""
+    """Load (or build) the models, measure every case, return the report.
+
+    `prompt_set`: `builtin` (fixed generic texts, raw) or `swe-lite` (agent-context prompts of a few
+    swe-lite test instances, through the model's chat template: runners/bench_agent_prompts.py).
+    """
     import transformers
 
     if model is None:
@@ -533,9 +540,17 @@ def run_engine_bench(
         model, draft = str(target_dir), str(draft_dir)
     target = load_model(model, device="cpu", dtype="float32")
     draft_m = load_model(draft, device="cpu", dtype="float32") if draft is not None else None
-    chosen: tuple[Prompt, ...] = QUICK_PROMPTS if quick else PROMPTS
-    prompts = [target.tokenizer.encode(p.text, add_special_tokens=False) for p in chosen]
-    names = [p.name for p in chosen]
+    if prompt_set not in PROMPT_SETS:
+        raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
+    if prompt_set == "swe-lite":
+        from runners.bench_agent_prompts import agent_prompts
+
+        agent = agent_prompts(target.tokenizer, "test", count=2 if quick else 4)
+        prompts, names, kinds = [a.ids for a in agent], [a.name for a in agent], ["agent"] * len(agent)
+    else:
+        chosen: tuple[Prompt, ...] = QUICK_PROMPTS if quick else PROMPTS
+        prompts = [target.tokenizer.encode(p.text, add_special_tokens=False) for p in chosen]
+        names, kinds = [p.name for p in chosen], [p.kind for p in chosen]
     cases, skipped = build_cases(target, draft_m, prompts, gamma, max_new_tokens)
     setup = {
         "device": str(target.device),
@@ -554,8 +569,9 @@ def run_engine_bench(
         "quick": quick,
         "greedy": True,
         "eos": "ignored on both sides (spectune stop_tokens=frozenset(), transformers eos_token_id=None)",
+        "prompt_set": prompt_set,
         "prompts": [
-            {"name": p.name, "kind": p.kind, "tokens": len(ids)} for p, ids in zip(chosen, prompts, strict=True)
+            {"name": n, "kind": k, "tokens": len(ids)} for n, k, ids in zip(names, kinds, prompts, strict=True)
         ],
         "cases": [c.name for c in cases],
         "order": "per repeat: for each prompt, every case in the order of `cases`",

@@ -63,3 +63,31 @@ def test_greedy_target_solves_an_instance_with_identical_tokens_under_speculatio
     [second] = list(draft)
     assert second.candidate.generated_ids == first.baseline.generated_ids
     assert second.candidate.stats.accepted > 0  # the distilled draft is accepted at least sometimes
+
+
+def test_bench_on_agent_prompts_gives_identical_outputs(capsys):
+    """`bench engine --prompts swe-lite` on the bundled pair: real agent contexts, every case the same tokens."""
+    import json
+
+    from runners.bench import main
+
+    argv = ["engine", "--quick", "--json", "--threads", "1", "--no-progress", "--prompts", "swe-lite"]
+    assert main([*argv, "--model", str(TARGET), "--draft", str(DRAFT), "--max-new-tokens", "16"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    prompts = report["setup"]["prompts"]
+    assert report["setup"]["prompt_set"] == "swe-lite" and [p["kind"] for p in prompts] == ["agent", "agent"]
+    # Two test instances spread over the split (two projects), each mid-conversation (turn > 1, 150+ tokens).
+    projects = {p["name"].split("__")[1].split("-")[0] for p in prompts}
+    assert len(projects) == 2 and all(p["tokens"] > 150 and not p["name"].endswith("#1") for p in prompts), prompts
+    assert report["identical"] is True, json.dumps(report["identity"], indent=1)
+
+
+def test_agent_prompts_end_at_the_assistant_header():
+    from runners.bench_agent_prompts import agent_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET, local_files_only=True)
+    header = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    [prompt] = agent_prompts(tokenizer, "test", count=1)
+    assert prompt.ids[-len(header) :] == header
+    assert prompt.reply_tokens > 20  # the longest reply of a trajectory is an edit, not a one-line command
+    assert prompt.name.startswith(load_suite("swe-lite", "test")[0].instance_id + "#")

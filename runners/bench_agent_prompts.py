@@ -1,0 +1,65 @@
+"""Agent-context prompts for `bench engine --prompts swe-lite`: what the model really sees mid-task.
+
+The built-in prompts are generic text; a suite-fitted model such as spectune-tiny has never seen
+anything like them, so its acceptance there says little. These prompts are taken from the agent
+itself: the scripted expert (agents/expert.py) runs a few swe-lite instances through the real agent
+loop and local sandbox, and the bench prompt is the exact id sequence the agent fed the model before
+the expert's longest reply (the edit, which re-quotes code the conversation already holds).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.expert import ExpertModel
+from agents.loop import run_agent
+from agents.model import ModelReply
+
+
+@dataclass(frozen=True)
+class AgentPrompt:
+    """One agent-context prompt: the ids fed to the model and the reply the expert gave there."""
+
+    name: str  # instance id and turn
+    ids: list[int]
+    reply_tokens: int
+
+
+class _RecordingExpert(ExpertModel):
+    """The scripted expert, remembering the prompt ids of every turn."""
+
+    def __init__(self, instance: Any, tokenizer: Any) -> None:
+        super().__init__(instance, tokenizer)
+        self.turns: list[tuple[list[int], int]] = []  # (prompt ids, reply length)
+
+    def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
+        out = super().reply(prompt_ids, messages, max_new_tokens)
+        self.turns.append((list(prompt_ids), len(out.tokens)))
+        return out
+
+
+def agent_prompts(tokenizer: Any, split: str = "test", count: int = 4) -> list[AgentPrompt]:
+    """`count` swe-lite instances spread over `split`: the prompt before each one's longest expert reply."""
+    from tasks.sandbox import make_sandbox
+    from tasks.suites import load_suite
+    from tasks.swelite.projects import materialize
+
+    out = []
+    for instance in load_suite("swe-lite", split, limit=count, subset="spread"):
+        model = _RecordingExpert(instance, tokenizer)
+        with tempfile.TemporaryDirectory(prefix="spectune-bench-") as tmp:
+            sandbox = make_sandbox("local")
+            try:
+                sandbox.start(materialize(instance, Path(tmp) / "workspace"))
+                result = run_agent(instance, model, sandbox, tokenizer)
+            finally:
+                sandbox.close()
+        if result.status != "submitted" or not model.turns:
+            raise RuntimeError(f"the scripted expert did not finish {instance.instance_id}: {result.status}")
+        turn = max(range(len(model.turns)), key=lambda i: model.turns[i][1])
+        ids, reply = model.turns[turn]
+        out.append(AgentPrompt(f"{instance.instance_id}#{turn + 1}", ids, reply))
+    return out
