@@ -133,12 +133,11 @@ def _kinds(kinds: list[str]) -> str:
 
 def render(report: dict[str, Any]) -> None:
     """Rich tables: throughput and acceptance per case, then ratios and the identity verdict."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 150))  # a pipe or file: do not squeeze the tables to 80
+    from runners.report import table_console
+
+    console = table_console()
     s = report["setup"]
     kinds = [p["kind"] for p in s["prompts"]]
     console.print(

@@ -30,7 +30,7 @@ from runners.config import baseline_config, check_config, register_configs
 from runners.outcomes import SideRun
 from runners.outputs import dumps_strict, write_atomic
 from runners.provenance import provenance
-from runners.report import RunProgress
+from runners.report import RunProgress, table_console
 from runners.run import CONF_DIR, prepare
 from runners.summary import side_summary
 from runners.tracking import make_tracker
@@ -203,8 +203,9 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
     if (out_dir / "trajectories").is_dir():
         paths.append(out_dir / "trajectories")
     title = f"{cfg.model.name} on {task.name}/{task.split}, plain decoding"
+    tables = table_console()
     for table in eval_tables(result, title):
-        Console().print(table)
+        tables.print(table)
     _track(tracker, result, runs, paths, "KILLED" if partial else "FINISHED", console)
     console.print(f"results: {paths[0]}")
     return result

@@ -10,6 +10,16 @@ from rich.table import Table
 
 from runners.outcomes import TaskOutcome
 
+FILE_WIDTH = 150  # columns of tables written into a file or pipe (rich would squeeze them to 80)
+
+
+def table_console(stderr: bool = False) -> Console:
+    """A console for result tables: the terminal's width, or FILE_WIDTH when output goes to a file or pipe."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=max(console.width, FILE_WIDTH))
+    return console
+
 
 def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
     if value is None:

@@ -29,7 +29,7 @@ from runners.outcomes import SIDES, TaskOutcome
 from runners.outputs import write_outputs
 from runners.plots import save_plots
 from runners.provenance import provenance
-from runners.report import RunProgress, summary_table
+from runners.report import RunProgress, summary_table, table_console
 from runners.summary import summarize
 from runners.tracking import make_tracker
 from tasks.schema import Instance
@@ -164,7 +164,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         paths.append(out_dir / "trajectories")
     device_name = summary["provenance"]["device"]
     title = f"{task.name}/{task.split}: {len(instances)} task(s) x {cfg.run.repeats} repeat(s) on {device_name}"
-    Console().print(summary_table(summary, title))
+    table_console().print(summary_table(summary, title))
     _log(tracker, summary, outcomes, paths, tags, status, console)
     console.print(f"results: {out_dir / 'summary.json'}")
     return summary

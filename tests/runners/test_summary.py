@@ -124,3 +124,9 @@ def test_progress_into_a_file_prints_one_plain_line_per_task_run():
     with RunProgress(1, enabled=False, console=Console(file=silent)) as progress:
         progress.update(TaskOutcome("a", 0, 0, _run("a", "baseline", 0, True, 2.0), None))
     assert silent.getvalue() == ""
+
+
+def test_tables_into_a_file_are_not_squeezed_to_80_columns():
+    from runners.report import FILE_WIDTH, table_console
+
+    assert table_console().width >= FILE_WIDTH  # pytest captures stdout: not a terminal
