@@ -43,6 +43,16 @@ class ExpertOutcome:
         """Submitted and every deciding test passed."""
         return self.agent.status == "submitted" and self.evaluation.resolved
 
+    def row(self) -> dict[str, Any]:
+        """The outcome as one results.jsonl row (without the evaluation's details)."""
+        return {
+            "instance_id": self.instance.instance_id,
+            "family": self.instance.family,
+            "resolved": self.resolved,
+            "agent_status": self.agent.status,
+            "steps": self.agent.steps,
+        }
+
 
 def materializer(suite: str) -> Callable[[Instance, Path], Path]:
     """The function that builds a task's starting workspace for `suite`."""
@@ -149,14 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         mark = "ok " if outcome.resolved else "FAIL"
         print(f"[{i}/{len(instances)}] {mark} {outcome.instance.instance_id} ({outcome.agent.steps} steps)", flush=True)
         if results is not None:
-            row = {
-                "instance_id": outcome.instance.instance_id,
-                "family": outcome.instance.family,
-                "resolved": outcome.resolved,
-                "agent_status": outcome.agent.status,
-                "steps": outcome.agent.steps,
-                "evaluation": outcome.evaluation.to_dict(),
-            }
+            row = {**outcome.row(), "evaluation": outcome.evaluation.to_dict()}
             with results.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
     if not outcomes:

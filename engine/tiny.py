@@ -11,7 +11,9 @@ import importlib
 import inspect
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -84,15 +86,17 @@ def _corpus() -> list[str]:
     return texts
 
 
-def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
-    """Train a deterministic byte-level BPE tokenizer of at most `vocab` tokens with ChatML special tokens."""
+def fit_byte_bpe(
+    pre_tokenizer: Any, texts: Iterable[str], vocab: int, model_max_length: int | None = None
+) -> PreTrainedTokenizerFast:
+    """A deterministic byte-level BPE of at most `vocab` tokens over `texts` cut by `pre_tokenizer`, ChatML specials."""
     minimum = 256 + len(SPECIAL_TOKENS)  # every byte plus the special tokens
     if vocab < minimum:
         raise ValueError(
             f"vocab must be at least {minimum} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)"
         )
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.pre_tokenizer = pre_tokenizer
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab,
@@ -102,17 +106,24 @@ def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator(_corpus(), trainer=trainer)
+    backend.train_from_iterator(list(texts), trainer=trainer)
     # Like GPT-2 and Qwen, one token serves as bos, eos and pad; nothing is prepended when encoding.
+    limit = {} if model_max_length is None else {"model_max_length": model_max_length}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=EOS_TOKEN,
         eos_token=EOS_TOKEN,
         pad_token=EOS_TOKEN,
         additional_special_tokens=[IM_START, IM_END],
+        **limit,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
+
+
+def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
+    """Train a deterministic byte-level BPE tokenizer of at most `vocab` tokens with ChatML special tokens."""
+    return fit_byte_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False), _corpus(), vocab)
 
 
 def _kv_heads(heads: int) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from engine.tiny import CHAT_TEMPLATE, EOS_TOKEN, IM_END, IM_START, SPECIAL_TOKENS
+from engine.tiny import fit_byte_bpe
 from tasks.swelite.projects import list_projects, project_dir, project_files
 
 LINE = Regex(r"[^\n]*\n?")  # one line with its newline (the last line may have none)
@@ -30,32 +30,10 @@ def project_sources() -> list[str]:
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerFast:
     """A deterministic line-split byte-level BPE of at most `vocab_size` tokens, ChatML specials and template."""
-    minimum = 256 + len(SPECIAL_TOKENS)
-    if vocab_size < minimum:
-        raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + {len(SPECIAL_TOKENS)} specials)")
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
+    split_lines = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(LINE, behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),  # ids 0, 1, 2
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte encodes, seen or not
-        show_progress=False,
-    )
-    backend.train_from_iterator(list(texts), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=EOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        pad_token=EOS_TOKEN,
-        additional_special_tokens=[IM_START, IM_END],
-        model_max_length=max_length,
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
+    return fit_byte_bpe(split_lines, texts, vocab_size, model_max_length=max_length)

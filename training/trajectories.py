@@ -61,15 +61,8 @@ def generate(
             trajectory_dir=folder,
         )
         for n, outcome in enumerate(runs, 1):
-            row = {
-                "instance_id": outcome.instance.instance_id,
-                "family": outcome.instance.family,
-                "resolved": outcome.resolved,
-                "agent_status": outcome.agent.status,
-                "steps": outcome.agent.steps,
-            }
             with (folder / "results.jsonl").open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(json.dumps(outcome.row()) + "\n")
             if n % 25 == 0 or n == len(todo):
                 log(f"trajectories {split}: {n}/{len(todo)}")
 
