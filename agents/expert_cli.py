@@ -70,10 +70,14 @@ def run_expert(
     sandbox_factory: Callable[[], Sandbox],
     config: AgentConfig | None = None,
     trajectory_dir: Path | None = None,
+    make_model: Callable[[Instance, Any], ExpertModel] = ExpertModel,
 ) -> Iterator[ExpertOutcome]:
-    """Run the expert on each instance through `run_agent`, then evaluate its diff; yields as it goes."""
+    """Run the expert on each instance through `run_agent`, then evaluate its diff; yields as it goes.
+
+    `make_model(instance, tokenizer)` builds each instance's expert (a subclass may record what it sees).
+    """
     for instance in instances:
-        model = ExpertModel(instance, tokenizer)
+        model = make_model(instance, tokenizer)
         trajectory = trajectory_dir / f"{instance.instance_id}.json" if trajectory_dir is not None else None
         with tempfile.TemporaryDirectory(prefix="spectune-expert-") as tmp:
             workspace = materialize(instance, Path(tmp) / "workspace")

@@ -9,13 +9,10 @@ the expert's longest reply (the edit, which re-quotes code the conversation alre
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from agents.expert import ExpertModel
-from agents.loop import run_agent
 from agents.model import ModelReply
 
 
@@ -43,23 +40,28 @@ class _RecordingExpert(ExpertModel):
 
 def agent_prompts(tokenizer: Any, split: str = "test", count: int = 4) -> list[AgentPrompt]:
     """`count` swe-lite instances spread over `split`: the prompt before each one's longest expert reply."""
+    from agents.expert_cli import materializer, run_expert
     from tasks.sandbox import make_sandbox
     from tasks.suites import load_suite
-    from tasks.swelite.projects import materialize
+
+    experts: list[_RecordingExpert] = []
+
+    def make_model(instance: Any, tok: Any) -> _RecordingExpert:
+        experts.append(_RecordingExpert(instance, tok))
+        return experts[-1]
 
     out = []
-    for instance in load_suite("swe-lite", split, limit=count, subset="spread"):
-        model = _RecordingExpert(instance, tokenizer)
-        with tempfile.TemporaryDirectory(prefix="spectune-bench-") as tmp:
-            sandbox = make_sandbox("local")
-            try:
-                sandbox.start(materialize(instance, Path(tmp) / "workspace"))
-                result = run_agent(instance, model, sandbox, tokenizer)
-            finally:
-                sandbox.close()
-        if result.status != "submitted" or not model.turns:
-            raise RuntimeError(f"the scripted expert did not finish {instance.instance_id}: {result.status}")
+    instances = load_suite("swe-lite", split, limit=count, subset="spread")
+    runs = run_expert(
+        instances, tokenizer, materializer("swe-lite"), lambda: make_sandbox("local"), make_model=make_model
+    )
+    for outcome in runs:
+        model = experts[-1]
+        if not outcome.resolved or not model.turns:
+            raise RuntimeError(
+                f"the scripted expert did not resolve {outcome.instance.instance_id}: {outcome.agent.status}"
+            )
         turn = max(range(len(model.turns)), key=lambda i: model.turns[i][1])
         ids, reply = model.turns[turn]
-        out.append(AgentPrompt(f"{instance.instance_id}#{turn + 1}", ids, reply))
+        out.append(AgentPrompt(f"{outcome.instance.instance_id}#{turn + 1}", ids, reply))
     return out
