@@ -59,7 +59,8 @@ def _require_swebench() -> None:
         import swebench
     except ImportError as exc:
         raise SwebenchUnavailableError(
-            f"swe-bench-lite evaluation needs the swebench package: pip install swebench=={SWEBENCH_VERSION} ({exc})"
+            "swe-bench-lite evaluation needs the optional swebench extra: pip install 'spectune[swebench]' "
+            f"(from a clone: pip install -e '.[swebench]') ({exc})"
         ) from exc
     if swebench.__version__ != SWEBENCH_VERSION:
         raise SwebenchUnavailableError(
