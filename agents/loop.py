@@ -27,10 +27,10 @@ from agents.prompts import (
     instance_prompt,
 )
 from engine.stats import GenerationStats
-from tasks.sandbox.base import Sandbox
+from tasks.sandbox.base import PatchTooLargeError, Sandbox
 from tasks.schema import Instance
 
-STATUSES = ("submitted", "step_limit", "time_limit", "context_exceeded", "format_errors", "error")
+STATUSES = ("submitted", "step_limit", "time_limit", "context_exceeded", "format_errors", "patch_too_large", "error")
 
 
 @dataclass
@@ -241,6 +241,9 @@ class _Task:
         t_diff = time.perf_counter()
         try:
             patch = self.sandbox.diff()
+        except PatchTooLargeError as exc:  # the workspace holds more than a patch can carry: no patch
+            if self.status != "error":
+                self.status, self.message = "patch_too_large", str(exc)
         except Exception as exc:
             if self.status != "error":
                 self.status, self.message = "error", f"final diff failed: {type(exc).__name__}: {exc}"

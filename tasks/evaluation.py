@@ -35,7 +35,6 @@ import re
 import secrets
 import shlex
 import shutil
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -52,7 +51,8 @@ from tasks.patching import (
     touched_test_infrastructure,
     touched_tests,
 )
-from tasks.sandbox.base import Sandbox
+from tasks.sandbox.base import DIFF_LIMIT, Sandbox
+from tasks.sandbox.owner import owned_tempdir
 from tasks.schema import Instance
 
 EVAL_STATUSES = (
@@ -257,7 +257,9 @@ def evaluate(
 
     test_ids = [*instance.fail_to_pass, *instance.pass_to_pass]
     marker = f"SPECTUNE-REPORT-{secrets.token_hex(16)}"
-    with tempfile.TemporaryDirectory(prefix="spectune-eval-") as tmp:
+    if len(model_patch.encode(errors="surrogateescape")) > DIFF_LIMIT:
+        return done("patch_too_large", f"the patch exceeds {DIFF_LIMIT} bytes (DIFF_LIMIT)")
+    with owned_tempdir("eval-") as tmp:
         clean = materialize(instance, Path(tmp) / "clean")
         workspace = materialize(instance, Path(tmp) / "workspace")
         try:

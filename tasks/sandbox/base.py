@@ -15,6 +15,7 @@ from typing import Protocol
 WORKSPACE = "/workspace"  # where the repository appears inside every sandbox (deterministic output)
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_OUTPUT_LIMIT = 64 * 1024  # bytes of combined stdout+stderr kept per command
+DIFF_LIMIT = 32 * 2**20  # bytes of a workspace's final diff; a longer one is `patch_too_large`, never cut
 
 
 @dataclass
@@ -35,6 +36,10 @@ class CommandResult:
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the command): the message says how to fix it."""
+
+
+class PatchTooLargeError(SandboxError):
+    """The workspace's diff exceeds DIFF_LIMIT (reading stopped there: host memory stays bounded)."""
 
 
 class Sandbox(Protocol):

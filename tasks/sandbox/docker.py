@@ -41,7 +41,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
+from tasks.sandbox.base import (
+    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_TIMEOUT_S,
+    DIFF_LIMIT,
+    WORKSPACE,
+    CommandResult,
+    PatchTooLargeError,
+    SandboxError,
+)
 from tasks.sandbox.image import DEFAULT_TAG
 from tasks.sandbox.limits import GIB, MIB, Limits, OutputCapture
 from tasks.sandbox.local import (  # git settings, environments and output normalisation: the same bytes as local
@@ -53,6 +61,8 @@ from tasks.sandbox.local import (  # git settings, environments and output norma
     git_env,
     normalize_output,
 )
+from tasks.sandbox.owner import is_alive, owner_token
+from tasks.sandbox.task_python import task_python
 
 DEFAULT_IMAGE = DEFAULT_TAG
 SANDBOX_UID = 65534  # nobody: owns the image's /workspace
@@ -60,7 +70,7 @@ KILL_AFTER_S = 2  # `timeout --kill-after`: SIGKILL this long after SIGTERM
 BACKSTOP_S = 10.0  # client-side deadline beyond timeout + KILL_AFTER_S
 PING_TIMEOUT_S = 3.0
 API_TIMEOUT_S = 120.0
-DIFF_LIMIT = 256 * 2**20  # a longer diff is an error, never silently cut
+OWNER_LABEL = "org.spectune.owner"  # `<host>:<owner token>` of the process that made the container
 BASELINE_DIR = "/run/spectune"  # root-only tmpfs: the sandbox's own baseline repository
 BASELINE_GIT = f"{BASELINE_DIR}/baseline.git"
 
@@ -78,13 +88,12 @@ BUILD_HELP = (
 def sandbox_env(bindir: str | None = None) -> dict[str, str]:
     """The complete environment of every command: fixed values, nothing from the host's environment.
 
-    PATH starts with `bindir` (default: the directory of the running interpreter, i.e. the venv's
-    bin, mounted at the same path inside), then /usr/local/bin:/usr/bin:/bin.
+    PATH starts with `bindir` (default: the task environment's bin, mounted at the same path
+    inside), then /usr/local/bin:/usr/bin:/bin.
     """
     return command_env(bindir)  # the local sandbox's environment: both must print the same bytes
 
 
-SANDBOX_ENV = sandbox_env()
 strip_pytest_timing = normalize_output  # the local sandbox's normalisation: one definition, the same bytes
 
 
@@ -104,8 +113,11 @@ def _parse_user(user: int | str) -> tuple[int, int]:
 _SYSTEM_PREFIXES = {"/", "/usr", "/usr/local"}
 
 
-def host_python_paths() -> list[tuple[str, str]]:
-    """(host path, container path) pairs that make the host's `python` work unchanged inside.
+def host_python_paths(venv: str | None = None) -> list[tuple[str, str]]:
+    """(host path, container path) pairs that make the host's `python` (of `venv`) work unchanged inside.
+
+    `venv` defaults to the task environment (tasks/sandbox/task_python.py); pass `sys.prefix` for
+    the running interpreter's own environment.
 
     A self-contained installation (pyenv, /opt/python, a virtual environment) is mounted whole.
     A distribution Python under /usr cannot be (it would hide the image's /usr): its standard
@@ -113,9 +125,9 @@ def host_python_paths() -> list[tuple[str, str]]:
     mounted one by one.
     """
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    venv = os.path.normpath(sys.prefix)
+    venv = os.path.normpath(venv or str(task_python().root))
     inside_to_host: dict[str, str] = {}
-    for prefix in dict.fromkeys(os.path.normpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix)):
+    for prefix in dict.fromkeys(os.path.normpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, venv)):
         if prefix not in _SYSTEM_PREFIXES:
             inside_to_host[prefix] = prefix
             continue
@@ -256,6 +268,8 @@ class DockerSandbox:
         address_space: int | None = 4 * GIB,
         file_size: int | None = 64 * MIB,
         open_files: int | None = 1024,
+        workspace_size: str | None = "1g",
+        python_env: str = "task",
         base_url: str | None = None,
         ping_timeout: float = PING_TIMEOUT_S,
     ) -> None:
@@ -267,6 +281,12 @@ class DockerSandbox:
         self.pids_limit = pids_limit
         self.uid, self.gid = _parse_user(user)
         self.mount_host_python = mount_host_python
+        if python_env not in ("task", "runner"):
+            raise ValueError(f"python_env must be one of ('task', 'runner'), got {python_env!r}")
+        self.python_env = python_env
+        self.workspace_size = workspace_size
+        self._venv = str(task_python().root) if python_env == "task" else sys.prefix
+        bindir = os.path.join(self._venv, "bin")
         # max_processes=None: no RLIMIT_NPROC here, `pids_limit` caps the container (see the module docstring)
         self.limits = Limits(
             max_processes=None,
@@ -276,7 +296,7 @@ class DockerSandbox:
             output_limit=output_limit,
             tmpfs_size=tmpfs_size,
         )
-        self.env = sandbox_env(None if mount_host_python else "")
+        self.env = sandbox_env(bindir if mount_host_python else "")
         self.bash = _bash_path()
         self.container: Any = None
         self.baseline: str | None = None
@@ -292,6 +312,7 @@ class DockerSandbox:
         except docker.errors.DockerException as e:
             self.client.close()
             raise SandboxError(f"cannot inspect the sandbox image {image}: {e}. {START_HELP}") from e
+        _reap_once(self.client)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -300,9 +321,16 @@ class DockerSandbox:
 
         # an anonymous volume: starts as a copy of the image's /workspace (owner included), and
         # unlike a tmpfs it can receive put_archive on a read-only root filesystem
-        mounts = [Mount(target=WORKSPACE, source=None, type="volume")]
+        # (with workspace_size: a tmpfs-backed volume of that size, so a command cannot fill the host's disk)
+        driver = None
+        if self.workspace_size is not None:
+            from docker.types import DriverConfig
+
+            options = f"size={self.workspace_size},uid={self.uid},gid={self.gid},mode=0755"
+            driver = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options})
+        mounts = [Mount(target=WORKSPACE, source=None, type="volume", driver_config=driver)]
         if self.mount_host_python:
-            for host, inside in host_python_paths():
+            for host, inside in host_python_paths(self._venv):
                 mounts.append(Mount(target=inside, source=host, type="bind", read_only=True))
         return mounts
 
@@ -345,7 +373,7 @@ class DockerSandbox:
                 security_opt=["no-new-privileges"],
                 mounts=self._mounts(),
                 stop_signal="SIGKILL",
-                labels={"org.spectune.sandbox": "docker"},
+                labels={"org.spectune.sandbox": "docker", OWNER_LABEL: f"{socket.gethostname()}:{owner_token()}"},
             )
             self.container.start()
             with _tar_source(source, self.uid, self.gid) as archive:
@@ -534,36 +562,70 @@ class DockerSandbox:
     def diff(self) -> str:
         """`git add -A` + `git diff --cached` against the baseline, in the root-only baseline repository."""
         self._require_started()
+        # at most DIFF_LIMIT + 1 bytes ever leave the container: host memory stays bounded
+        diff = _git_cmd("diff", *DIFF_FLAGS, str(self.baseline), git_dir=True)
         script = " && ".join(
             [
                 "set -e",
                 "exec 2>&1",
                 f"cd {WORKSPACE}",
                 _git_cmd("add", "-A", git_dir=True),
-                _git_cmd("diff", *DIFF_FLAGS, str(self.baseline), git_dir=True),
+                f"{{ {diff} | head -c {DIFF_LIMIT + 1}; exit ${{PIPESTATUS[0]}}; }}",
             ]
         )
-        rc, out, truncated, timed_out = self._exec(
+        rc, out, _, timed_out = self._exec(
             ["timeout", "600", "bash", "-c", script],
             env=git_env(BASELINE_DIR),
             timeout=600.0,
-            limit=DIFF_LIMIT,
+            limit=DIFF_LIMIT + 1,
             user="0:0",
         )
+        if len(out) > DIFF_LIMIT:
+            raise PatchTooLargeError(f"the workspace diff exceeds {DIFF_LIMIT} bytes (DIFF_LIMIT); nothing was kept")
         text = out.decode("utf-8", errors="replace")
-        if rc != 0 or timed_out or truncated:
-            why = f"it exceeded {DIFF_LIMIT} bytes" if truncated else f"exit {rc}"
-            raise SandboxError(f"git diff in the container failed ({why}): {text[-2000:]}")
+        if rc != 0 or timed_out:
+            raise SandboxError(f"git diff in the container failed (exit {rc}): {text[-2000:]}")
         return text
+
+
+_REAPED: set[str] = set()
+
+
+def _reap_once(client: Any) -> list[str]:
+    """Remove, once per process and daemon, spectune containers whose owner process on this host is dead."""
+    key = str(client.api.base_url)
+    if key in _REAPED:
+        return []
+    _REAPED.add(key)
+    return reap_stale_containers(client)
+
+
+def reap_stale_containers(client: Any) -> list[str]:
+    """Remove the containers labelled by a spectune process of this host that no longer exists; their names."""
+    host = socket.gethostname()
+    removed = []
+    try:
+        containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
+    except Exception:
+        return removed
+    for container in containers:
+        owner_host, _, token = container.labels.get(OWNER_LABEL, "").partition(":")
+        if owner_host == host and token and not is_alive(token):
+            try:
+                container.remove(force=True, v=True)
+                removed.append(container.name)
+            except Exception:
+                pass
+    return removed
 
 
 __all__ = [
     "DEFAULT_IMAGE",
     "GIT_IDENTITY",
-    "SANDBOX_ENV",
     "DockerSandbox",
     "connect",
     "host_python_paths",
+    "reap_stale_containers",
     "sandbox_env",
     "strip_pytest_timing",
 ]

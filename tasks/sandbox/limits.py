@@ -35,7 +35,11 @@ class Limits:
     file_size: RLIMIT_FSIZE in bytes: the largest file a process may write (SIGXFSZ beyond).
     open_files: RLIMIT_NOFILE.
     output_limit: bytes of merged stdout+stderr kept; the middle of anything longer is elided.
-    tmpfs_size: size of each private tmpfs (/tmp, /var/tmp, /dev/shm), a `mount -o size=` value.
+    tmpfs_size: size of each private tmpfs (/tmp, /var/tmp, /dev/shm, /run), a `mount -o size=` value.
+    memory: bytes of memory the whole command tree may use together (the cgroup memory controller;
+        no swap beyond it); the kernel's OOM killer ends the command past it.
+    workspace_size: the most the workspace may hold, a `mount -o size=` value (a size-capped tmpfs
+        in the local sandbox, a size-capped volume in docker); writes past it fail with ENOSPC.
     cpu_per_wall_second: RLIMIT_CPU is derived from the timeout as
         ceil(timeout * cpu_per_wall_second) + 1 seconds per process. The default (the number of
         CPUs) never fires before the wall-clock timeout does; it is a backstop, not the timeout.
@@ -48,6 +52,8 @@ class Limits:
     open_files: int | None = 1024
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     tmpfs_size: str = "512m"
+    memory: int | None = 4 * GIB
+    workspace_size: str | None = "1g"
     cpu_per_wall_second: float | None = None
 
     def cpu_seconds(self, timeout: float) -> int:

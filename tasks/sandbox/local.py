@@ -64,11 +64,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.sandbox.base import DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, SandboxError
+from tasks.sandbox.base import DEFAULT_TIMEOUT_S, DIFF_LIMIT, WORKSPACE, CommandResult, PatchTooLargeError, SandboxError
 from tasks.sandbox.limits import Limits, OutputCapture
-from tasks.sandbox.local_cgroup import PidsCgroup
+from tasks.sandbox.local_cgroup import CommandCgroups, reap_stale_cgroups
+from tasks.sandbox.owner import mark, reap_stale_dirs
+from tasks.sandbox.task_python import ENV_VAR as TASK_PYTHON_ENV
+from tasks.sandbox.task_python import task_python
 
 ISOLATION_MODES = ("auto", "namespaces", "none")
+PYTHON_ENVS = ("task", "runner")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # hidden from commands by default
 HOSTNAME = "sandbox"
 FIXED_DATE = "2000-01-01T00:00:00+0000"
@@ -101,11 +105,12 @@ DIFF_FLAGS = (
     "--no-ext-diff",
     "--no-textconv",
     "--no-renames",
+    "--binary",  # a binary file in the workspace must not make the whole diff unappliable
     "--src-prefix=a/",
     "--dst-prefix=b/",
 )
 # Directories every user may write: in the namespace each becomes a private, size-capped tmpfs.
-TMPFS_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+TMPFS_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # a private /run: no host service sockets
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY = b"SPECTUNE-SANDBOX-READY"
 
@@ -134,10 +139,10 @@ def normalize_output(text: str) -> str:
 def command_env(extra_path: str | None = None, home: str = "/tmp") -> dict[str, str]:
     """The whole environment of a command: fixed values only, nothing inherited from the caller.
 
-    PATH starts with the directory of the running interpreter (so `python` and `python -m pytest`
-    are this project's venv), then /usr/local/bin:/usr/bin:/bin.
+    PATH starts with `extra_path`, by default the task environment's bin (`task_python()`: the
+    host's interpreter with pytest and nothing of spectune's), then /usr/local/bin:/usr/bin:/bin.
     """
-    bindir = extra_path if extra_path is not None else os.path.dirname(os.path.abspath(sys.executable))
+    bindir = extra_path if extra_path is not None else str(task_python().bindir)
     path = [bindir, "/usr/local/bin", "/usr/bin", "/bin"]
     env = {
         "PATH": ":".join(dict.fromkeys(p for p in path if p)),
@@ -152,6 +157,7 @@ def command_env(extra_path: str | None = None, home: str = "/tmp") -> dict[str, 
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",  # prints and tracebacks interleave in the order they happen
         "PYTEST_ADDOPTS": "-p no:cacheprovider",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # task code runs with the plugins it names, no others
         "GIT_CONFIG_NOSYSTEM": "1",
     }
     env.update(GIT_IDENTITY)
@@ -258,7 +264,8 @@ class _Resources:
     """What close() (or the garbage collector, via weakref.finalize) must release."""
 
     host_root: Path | None = None
-    cgroup: PidsCgroup | None = None
+    workspace_mount: Path | None = None  # the size-capped tmpfs holding the workspace, if any
+    cgroup: CommandCgroups | None = None
     procs: set[subprocess.Popen[bytes]] = field(default_factory=set)
 
 
@@ -271,9 +278,26 @@ def _release(res: _Resources) -> None:
     if res.cgroup is not None:
         res.cgroup.close()
         res.cgroup = None
+    if res.workspace_mount is not None:
+        subprocess.run(["umount", "-l", str(res.workspace_mount)], capture_output=True, check=False)
+        res.workspace_mount = None
     if res.host_root is not None:
         _rmtree(res.host_root)
         res.host_root = None
+
+
+_REAPED: set[str] = set()
+
+
+def _reap_once(base_dir: str | Path | None) -> None:
+    """Remove, once per process and folder, what sandboxes of dead runners left (temp folders, cgroups)."""
+    key = str(base_dir or tempfile.gettempdir())
+    if key in _REAPED:
+        return
+    _REAPED.add(key)
+    reap_stale_dirs(base_dir)
+    if os.geteuid() == 0:
+        reap_stale_cgroups()
 
 
 @dataclass(frozen=True)
@@ -303,7 +327,10 @@ class LocalSandbox:
       expose_paths: extra host paths commands must be able to read although something on their
         way is not readable by `user` (the interpreter's own prefixes are exposed automatically).
       base_dir: where the host temp dir is made (default: tempfile's default, e.g. /tmp).
-      use_cgroup: False skips the pids cgroup (RLIMIT_NPROC still applies).
+      use_cgroup: False skips the cgroups (RLIMIT_NPROC still applies; no total memory cap).
+      python_env: "task" (default: `python` is the task environment, pytest and nothing of
+        spectune's; see tasks/sandbox/task_python.py) or "runner" (the running interpreter's own
+        environment, every package and pytest plugin of it; for tasks that need them).
 
     Attributes: `network_isolated` (bool), `isolation` (the mode in use: "namespaces",
     "userns" or "none"), `warnings` (list of str: every protection that is missing here),
@@ -322,10 +349,28 @@ class LocalSandbox:
         expose_paths: list[str] | tuple[str, ...] = (),
         base_dir: str | Path | None = None,
         use_cgroup: bool = True,
+        python_env: str = "task",
         **limit_overrides: Any,
     ) -> None:
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
+        if python_env not in PYTHON_ENVS:
+            raise ValueError(f"python_env must be one of {PYTHON_ENVS}, got {python_env!r}")
+        _reap_once(base_dir)
+        self.python_env = python_env
+        if python_env == "task":
+            env = task_python()
+            self._python_bindir, self._python_paths = str(env.bindir), env.needed_paths()
+        else:
+            self._python_bindir = os.path.dirname(os.path.abspath(sys.executable))
+            self._python_paths = [
+                sys.prefix,
+                sys.base_prefix,
+                sys.exec_prefix,
+                sys.base_exec_prefix,
+                self._python_bindir,
+                os.path.dirname(os.path.realpath(sys.executable)),
+            ]
         fields = {f.name for f in dataclasses.fields(Limits)}
         unknown = set(limit_overrides) - fields
         if unknown:
@@ -424,18 +469,27 @@ class LocalSandbox:
 
         self._masks = self._plan_masks()
 
-        # the pids cgroup (last: nothing after it may fail and leave it behind until the finalizer)
+        if self.limits.workspace_size is not None and self.isolation != "namespaces":
+            self.warnings.append(
+                "no workspace size cap (needs root and namespaces): RLIMIT_FSIZE caps single files only"
+            )
+        # the cgroups (last: nothing after them may fail and leave them behind until the finalizer)
         if use_cgroup:
-            self._res.cgroup, how = PidsCgroup.create()
+            memory = self.limits.memory is not None
+            self._res.cgroup, how = CommandCgroups.create(memory=memory)
+            if self._res.cgroup is None and memory:  # a pids cap alone is still worth having
+                self._res.cgroup, more = CommandCgroups.create(memory=False)
+                how = f"{more}; no memory cgroup ({how}): no total memory cap, RLIMIT_AS per process only"
+                self.warnings.append(how)
             self.cgroup_info = how
             if self._res.cgroup is None:
                 self.warnings.append(
-                    f"no pids cgroup ({how}): the process cap is RLIMIT_NPROC only, which counts "
-                    f"every process of uid {self.uid} on this machine"
+                    f"no cgroups ({how}): the process cap is RLIMIT_NPROC only, which counts "
+                    f"every process of uid {self.uid} on this machine, and there is no total memory cap"
                 )
         else:
             self.cgroup_info = "disabled (use_cgroup=False)"
-            self.warnings.append("pids cgroup disabled: the process cap is RLIMIT_NPROC only")
+            self.warnings.append("cgroups disabled: the process cap is RLIMIT_NPROC only, no total memory cap")
 
     # -- construction helpers --------------------------------------------------------------------
 
@@ -457,15 +511,7 @@ class LocalSandbox:
         ]
 
     def _interpreter_paths(self) -> set[str]:
-        cands = {
-            sys.prefix,
-            sys.base_prefix,
-            sys.exec_prefix,
-            sys.base_exec_prefix,
-            os.path.dirname(os.path.abspath(sys.executable)),
-            os.path.dirname(os.path.realpath(sys.executable)),
-        }
-        return {os.path.realpath(p) for p in cands if p and os.path.exists(p)}
+        return {os.path.realpath(p) for p in self._python_paths if p and os.path.exists(p)}
 
     def _plan_masks(self) -> list[_Mask]:
         """Which host dirs to hide inside the namespace, and what to re-expose under each."""
@@ -480,9 +526,9 @@ class LocalSandbox:
         if under_tmpfs:
             # Commands get a private tmpfs on these dirs, which would hide the interpreter itself.
             raise SandboxError(
-                f"the Python environment {under_tmpfs[0]} lies under {', '.join(TMPFS_DIRS)}, which every "
-                "command sees as a fresh private tmpfs; create the virtual environment elsewhere "
-                "(e.g. python3 -m venv ~/.venvs/spectune) or use isolation='none'"
+                f"the Python installation {under_tmpfs[0]} that sandboxed commands run lies under "
+                f"{', '.join(TMPFS_DIRS)}, which every command sees as a fresh private tmpfs; use a Python "
+                f"installed elsewhere, or set {TASK_PYTHON_ENV}=<a folder outside them> for the task environment"
             )
         masks: set[str] = set()
         for p in self._hidden:
@@ -524,11 +570,31 @@ class LocalSandbox:
             raise SandboxError(f"source {source} is not a directory")
         root = Path(tempfile.mkdtemp(prefix="spectune-local-", dir=self._base_dir))
         self._res.host_root = root
+        mark(root)  # a runner killed before close(): the next sandbox's reaper removes this folder
         # the plain fallback runs commands in the host dir itself: the user must be able to reach it
         os.chmod(root, 0o711 if self.isolation == "none" else 0o700)
         ws = root / "workspace"
+        if self.limits.workspace_size is not None and self.isolation == "namespaces":
+            # the workspace is a size-capped tmpfs: a command cannot fill the host's disk through it
+            ws.mkdir()
+            mounted = subprocess.run(
+                [
+                    self._mount or "mount",
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    f"size={self.limits.workspace_size},mode=0700",
+                    "spectune-workspace",
+                    str(ws),
+                ],
+                capture_output=True,
+                check=False,
+            )
+            if mounted.returncode != 0:
+                raise SandboxError(f"cannot mount the workspace tmpfs on {ws}: {mounted.stderr.decode().strip()}")
+            self._res.workspace_mount = ws
         try:
-            shutil.copytree(source, ws, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            shutil.copytree(source, ws, symlinks=True, ignore=shutil.ignore_patterns(".git"), dirs_exist_ok=True)
         except (OSError, shutil.Error) as exc:
             raise SandboxError(f"cannot copy {source} into the sandbox: {exc}") from exc
         self.host_path = ws
@@ -560,7 +626,7 @@ class LocalSandbox:
         child = None
         if cg is not None:
             try:
-                child = cg.child(f"cmd-{self._counter}", self.limits.max_processes)
+                child = cg.child(f"cmd-{self._counter}", self.limits.max_processes, self.limits.memory)
             except OSError as exc:
                 raise SandboxError(f"cannot create the command's cgroup under {cg.parent}: {exc}") from exc
         status_r, status_w = os.pipe()
@@ -619,7 +685,7 @@ class LocalSandbox:
         if not self._started or self._closed:
             raise SandboxError("sandbox not started (call start(source) first) or already closed")
         self._git(["add", "-A"])
-        return self._git(["diff", *DIFF_FLAGS, self._baseline])
+        return self._git(["diff", *DIFF_FLAGS, self._baseline], limit=DIFF_LIMIT)
 
     def close(self) -> None:
         """Kill anything left, remove the cgroup and the host temp dir. Safe to call twice."""
@@ -628,8 +694,14 @@ class LocalSandbox:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _git(self, args: list[str], cwd: Path | None = None, git_dir: Path | bool | None = True) -> str:
-        """Run git as the caller on the host, with no user/system config, hooks or fsmonitor."""
+    def _git(
+        self, args: list[str], cwd: Path | None = None, git_dir: Path | bool | None = True, limit: int | None = None
+    ) -> str:
+        """Run git as the caller on the host, with no user/system config, hooks or fsmonitor.
+
+        With `limit`, reading stops after that many bytes of output (PatchTooLargeError), so a huge
+        workspace never costs the caller more than `limit` bytes of memory.
+        """
         cmd = [self._git_exe]
         for c in GIT_CONFIG:
             cmd += ["-c", c]
@@ -637,6 +709,8 @@ class LocalSandbox:
             cmd += [f"--git-dir={self._git_dir}", f"--work-tree={self.host_path}"]
             cwd = self.host_path
         env = git_env(str(self._res.host_root))
+        if limit is not None:
+            return self._git_capped([*cmd, *args], cwd, env, limit)
         try:
             proc = subprocess.run(
                 [*cmd, *args], cwd=cwd, env=env, capture_output=True, timeout=600, stdin=subprocess.DEVNULL
@@ -646,6 +720,25 @@ class LocalSandbox:
         if proc.returncode != 0:
             raise SandboxError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
         return proc.stdout.decode("utf-8", errors="replace")
+
+    def _git_capped(self, argv: list[str], cwd: Path | None, env: dict[str, str], limit: int) -> str:
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL
+            )
+            assert proc.stdout is not None
+            data = proc.stdout.read(limit + 1)
+            too_large = len(data) > limit
+            if too_large:
+                proc.kill()
+            proc.stdout.close()
+            proc.wait(timeout=600)
+            if too_large:
+                raise PatchTooLargeError(f"the workspace diff exceeds {limit} bytes (DIFF_LIMIT); nothing was kept")
+            if proc.returncode != 0:
+                err.seek(0)
+                raise SandboxError(f"git {' '.join(argv[-3:])} failed: {err.read().decode(errors='replace').strip()}")
+        return data.decode("utf-8", errors="replace")
 
     def _write_fstab(self, root: Path) -> None:
         """The mounts every command gets, for one `mount -a -T fstab` (one exec instead of ten).
@@ -687,14 +780,16 @@ class LocalSandbox:
         self._fstab = root / "fstab"
         self._fstab.write_text("\n".join(lines) + "\n")
 
-    def _command_line(self, status_fd: int, timeout: float, child: Path | None) -> tuple[list[str], dict[str, str]]:
+    def _command_line(
+        self, status_fd: int, timeout: float, child: list[Path] | None
+    ) -> tuple[list[str], dict[str, str]]:
         q = shlex.quote
         fd = status_fd
         setup: list[str] = []
-        if child is not None:
-            setup.append(f"echo 0 > {q(str(child / 'cgroup.procs'))}")
+        for folder in child or []:
+            setup.append(f"echo 0 > {q(str(folder / 'cgroup.procs'))}")
         ws_host = str(self.host_path)
-        env = command_env()
+        env = command_env(self._python_bindir)
         if self.isolation == "none":
             cwd = ws_host
             home = Path(str(self._res.host_root)) / "home"
@@ -703,7 +798,7 @@ class LocalSandbox:
                 d.mkdir(exist_ok=True, mode=0o700)
                 if self._root:
                     os.chown(d, self.uid, self.gid)
-            env = {**command_env(home=str(home)), "TMPDIR": str(tmp)}
+            env = {**command_env(self._python_bindir, home=str(home)), "TMPDIR": str(tmp)}
             argv_prefix: list[str] = []
         else:
             mount = q(self._mount or "mount")
@@ -747,12 +842,14 @@ class LocalSandbox:
             ]
         )
         argv = [*argv_prefix, self._bash, "--norc", "--noprofile", "-c", script, "spectune-init"]
+        if self._setpriv:  # the runner dies (even by SIGKILL) -> unshare dies -> its namespace and all in it
+            argv = [self._setpriv, "--pdeathsig", "KILL", *argv]
         return argv, env
 
-    def _kill(self, proc: subprocess.Popen[bytes], child: Path | None) -> None:
+    def _kill(self, proc: subprocess.Popen[bytes], child: list[Path] | None) -> None:
         _kill_group(proc)
-        if child is not None and self._res.cgroup is not None:
-            self._res.cgroup.kill(child)
+        if child and self._res.cgroup is not None:
+            self._res.cgroup.kill(child[0])
 
     def _communicate(
         self,
@@ -760,7 +857,7 @@ class LocalSandbox:
         status_fd: int,
         capture: OutputCapture,
         deadline: float,
-        child: Path | None,
+        child: list[Path] | None,
     ) -> tuple[bool, bytes]:
         """Drain output and status until both close or the deadline passes. (timed_out, status)."""
         assert proc.stdout is not None

@@ -19,6 +19,7 @@ import pytest
 
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, WORKSPACE, SandboxError
 from tasks.sandbox.docker import SANDBOX_UID, DockerSandbox, host_python_paths, sandbox_env, strip_pytest_timing
+from tasks.sandbox.task_python import task_python
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 
@@ -67,7 +68,7 @@ def test_strip_pytest_timing():
 def test_sandbox_env_is_fixed():
     env = sandbox_env("/venv/bin")
     assert env["PATH"] == "/venv/bin:/usr/local/bin:/usr/bin:/bin"
-    assert sandbox_env()["PATH"].startswith(os.path.dirname(os.path.abspath(sys.executable)) + ":")
+    assert sandbox_env()["PATH"].startswith(str(task_python().bindir) + ":")
     assert env["PYTEST_ADDOPTS"] == "-p no:cacheprovider" and env["PYTHONHASHSEED"] == "0"
 
 
@@ -213,7 +214,7 @@ def test_filesystem_is_the_containers_and_host_python_is_read_only(sandbox: Dock
     assert not host_tmp.exists()
     assert not sandbox.run(f"echo x > /etc/{name}", timeout=10).ok
     assert not Path("/etc", name).exists()
-    for prefix in dict.fromkeys([sys.base_prefix, sys.prefix]):
+    for prefix in dict.fromkeys([sys.base_prefix, str(task_python().root)]):
         result = sandbox.run(f"touch {prefix}/{name}", timeout=10)
         assert not result.ok and "Read-only file system" in result.output
         assert not Path(prefix, name).exists()
@@ -222,7 +223,8 @@ def test_filesystem_is_the_containers_and_host_python_is_read_only(sandbox: Dock
         assert options.split(",")[0] == "ro", (inside, options)
     # the same interpreter as the host's
     result = sandbox.run("python -c 'import sys; print(sys.executable, sys.prefix, sys.version)'", timeout=30)
-    assert result.output == f"{sys.prefix}/bin/python {sys.prefix} {sys.version}\n"
+    env = task_python().root  # the task environment: the host's interpreter, pytest, nothing of spectune's
+    assert result.output == f"{env}/bin/python {env} {sys.version}\n"
 
 
 def test_host_environment_is_invisible(docker_ok, repo: Path, monkeypatch: pytest.MonkeyPatch):

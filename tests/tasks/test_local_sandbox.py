@@ -307,16 +307,22 @@ def test_normalize_output_strips_pytest_timing() -> None:
         assert normalize_output(f"x\n{raw}\ny") == f"x\n{want}\ny"
 
 
-def test_python_is_the_project_interpreter(sandbox: LocalSandbox) -> None:
-    r = sandbox.run(
-        "python -c \"import os, sys; print(os.environ['PYTHONHASHSEED']); print(sys.prefix)\"; "
-        "python -m pytest --version",
-        timeout=60,
+def test_python_is_the_task_environment_without_spectunes_packages(sandbox: LocalSandbox, source: Path) -> None:
+    from tasks.sandbox.task_python import task_python
+
+    probe = (
+        "import importlib.util as u, os, sys; print(os.environ['PYTHONHASHSEED']); print(sys.prefix); "
+        "print([m for m in ('hydra', 'anyio', 'torch', 'spectune') if u.find_spec(m)])"
     )
+    r = sandbox.run(f'python -c "{probe}"; python -m pytest --version', timeout=60)
     assert r.ok, r.output
     lines = r.output.splitlines()
-    assert lines[0] == "0" and lines[1] == sys.prefix
+    assert lines[0] == "0" and lines[1] == str(task_python().root) and lines[2] == "[]", r.output
     assert "pytest" in r.output
+    with LocalSandbox(python_env="runner") as runner:  # the opt-in: the runner's own environment
+        runner.start(source)
+        r = runner.run("python -c 'import sys; print(sys.prefix)'", timeout=60)
+        assert r.ok and r.output.strip() == sys.prefix, r.output
 
 
 # -- fallback --------------------------------------------------------------------------------------
