@@ -1,6 +1,7 @@
-"""`python -m tasks.sandbox build-image | status`: the docker sandbox's image and daemon.
+"""`python -m tasks.sandbox build-image | status | tool-time`: the docker sandbox's image and daemon, tool cost.
 
     python -m tasks.sandbox status
+    python -m tasks.sandbox tool-time [--project durationparse] [--repeats 7]
     python -m tasks.sandbox build-image [--tag spectune-sandbox:latest] [--offline | --dockerfile]
 
 build-image picks `--dockerfile` (docker build, FROM debian:bookworm-slim) when Docker Hub answers
@@ -58,6 +59,12 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tool_time(args: argparse.Namespace) -> int:
+    from tasks.sandbox.tool_time import main as tool_time
+
+    return tool_time(args.project, args.repeats)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tasks.sandbox", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -73,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="is a daemon reachable, does the image exist")
     status.add_argument("--tag", default=DEFAULT_TAG)
     status.set_defaults(func=_status)
+    tool = sub.add_parser("tool-time", help="a project's test run in the local sandbox, per Python environment")
+    tool.add_argument("--project", default="durationparse")
+    tool.add_argument("--repeats", type=int, default=7)
+    tool.set_defaults(
+        func=lambda a: __import__("tasks.sandbox.tool_time", fromlist=["main"]).main(a.project, a.repeats)
+    )
     args = parser.parse_args(argv)
     return args.func(args)
 

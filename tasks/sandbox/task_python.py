@@ -28,7 +28,7 @@ from tasks.sandbox.base import SandboxError
 
 TASK_PACKAGES = ("pytest",)  # what every task needs; their requirements come along
 ENV_VAR = "SPECTUNE_TASK_PYTHON_DIR"
-_LAYOUT_VERSION = "1"  # bump when the way the venv is built changes
+_LAYOUT_VERSION = "5"  # bump when the way the venv is built changes
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,19 @@ def task_python() -> TaskPython:
                 dst = site / file
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
+        for dist in dists:  # console scripts (`pytest`, `py.test`) pointing at this environment's python
+            for ep in dist.entry_points.select(group="console_scripts"):
+                module, _, attr = ep.value.partition(":")
+                script = tmp / "bin" / ep.name
+                script.write_text(
+                    f"#!{root}/bin/python\nimport sys\nfrom {module} import {attr.split('.')[0]}\nsys.exit({attr}())\n"
+                )
+                script.chmod(0o755)
+        # bytecode now: commands run with PYTHONDONTWRITEBYTECODE on a read-only view, and compiling
+        # pytest afresh on every test run would cost more than the run
+        subprocess.run(
+            [str(tmp / "bin" / "python"), "-m", "compileall", "-q", str(site)], capture_output=True, timeout=300
+        )
         for path in [tmp, *tmp.rglob("*")]:  # readable by the unprivileged sandbox user
             if not path.is_symlink():
                 os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
