@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +24,7 @@ from agents.expert import ExpertModel
 from agents.loop import AgentConfig, AgentResult, run_agent
 from tasks.evaluation import EvaluationResult, evaluate
 from tasks.sandbox import SANDBOXES, Sandbox, make_sandbox
+from tasks.sandbox.owner import owned_tempdir
 from tasks.schema import Instance
 
 TOKENIZER_VOCAB = 512  # the tiny tokenizer used when none is given: replies only need consistent ids
@@ -79,7 +79,7 @@ def run_expert(
     for instance in instances:
         model = make_model(instance, tokenizer)
         trajectory = trajectory_dir / f"{instance.instance_id}.json" if trajectory_dir is not None else None
-        with tempfile.TemporaryDirectory(prefix="spectune-expert-") as tmp:
+        with owned_tempdir("expert-") as tmp:
             workspace = materialize(instance, Path(tmp) / "workspace")
             sandbox = sandbox_factory()
             try:

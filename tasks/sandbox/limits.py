@@ -19,6 +19,18 @@ GIB = 1024**3
 MIB = 1024**2
 
 
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a docker-style size string ("512m", "2g", "64k", "1000")."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower().removesuffix("b")
+    scale = {"k": 2**10, "m": MIB, "g": GIB}.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale != 1 else text) * scale)
+    except ValueError:
+        raise ValueError(f"not a size: {value!r} (use bytes or e.g. 512m, 2g)") from None
+
+
 def elision_marker(elided: int) -> bytes:
     """The line that replaces the dropped middle of a too-long output."""
     return f"\n[... {elided} bytes elided ...]\n".encode()
@@ -52,7 +64,7 @@ class Limits:
     open_files: int | None = 1024
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     tmpfs_size: str = "512m"
-    memory: int | None = 4 * GIB
+    memory: int | str | None = 4 * GIB
     workspace_size: str | None = "1g"
     cpu_per_wall_second: float | None = None
 

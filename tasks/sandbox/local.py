@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.sandbox.base import DEFAULT_TIMEOUT_S, DIFF_LIMIT, WORKSPACE, CommandResult, PatchTooLargeError, SandboxError
-from tasks.sandbox.limits import Limits, OutputCapture
+from tasks.sandbox.limits import Limits, OutputCapture, parse_size
 from tasks.sandbox.local_cgroup import CommandCgroups, reap_stale_cgroups
 from tasks.sandbox.owner import mark, reap_stale_dirs
 from tasks.sandbox.task_python import ENV_VAR as TASK_PYTHON_ENV
@@ -626,7 +626,8 @@ class LocalSandbox:
         child = None
         if cg is not None:
             try:
-                child = cg.child(f"cmd-{self._counter}", self.limits.max_processes, self.limits.memory)
+                memory = None if self.limits.memory is None else parse_size(self.limits.memory)
+                child = cg.child(f"cmd-{self._counter}", self.limits.max_processes, memory)
             except OSError as exc:
                 raise SandboxError(f"cannot create the command's cgroup under {cg.parent}: {exc}") from exc
         status_r, status_w = os.pipe()

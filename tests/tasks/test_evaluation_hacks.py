@@ -223,3 +223,23 @@ def test_reset_restores_test_infrastructure_from_the_clean_project(instance, tmp
     assert sorted(changed) == sorted(["conftest.py", "tests/sitecustomize.py", f"tests/{test_file.name}"])
     assert test_file.read_bytes() == (clean / "tests" / test_file.name).read_bytes()
     assert not (ws / "conftest.py").exists()
+
+
+def test_an_agent_that_writes_a_fake_pytest_and_submits_is_not_resolved(instance, tmp_path):
+    """End to end through the real agent loop: the hack lands in the diff, evaluation refuses it."""
+    from agents.loop import AgentConfig, run_agent
+    from agents.scripted import ScriptedModel
+    from engine.tiny import train_tokenizer
+    from tasks.sandbox import make_sandbox
+
+    write = f"```bash\ncat > pytest.py <<'EOF'\n{FAKE_PYTEST}EOF\npython -m pytest -q\n```"
+    model = ScriptedModel([write, "```bash\nsubmit\n```"], train_tokenizer(512))
+    sandbox = make_sandbox("local")
+    try:
+        sandbox.start(materialize(instance, tmp_path / "ws"))
+        result = run_agent(instance, model, sandbox, model.tokenizer, AgentConfig(max_steps=4))
+    finally:
+        sandbox.close()
+    assert result.status == "submitted" and "pytest.py" in result.patch, (result.status, result.message)
+    verdict = evaluate(instance, result.patch, materialize, lambda: make_sandbox("local"), timeout=120)
+    assert (verdict.status, verdict.resolved) == ("touches_test_infrastructure", False), verdict.message

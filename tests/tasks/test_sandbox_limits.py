@@ -31,9 +31,7 @@ ALLOCATE = "python -c 'x = bytearray(200 * 2**20); print(len(x))'"
 
 
 def _limits(kind: str, memory: str, workspace: str) -> dict:
-    if kind == "local":
-        return {"memory": int(memory.removesuffix("m")) * 2**20, "workspace_size": workspace}
-    return {"memory": memory, "workspace_size": workspace}
+    return {"memory": memory, "workspace_size": workspace}  # the same option names and units in both
 
 
 @pytest.fixture
