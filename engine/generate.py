@@ -79,12 +79,12 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; bad input exits 2 with a one-line message."""
+    """Entry point; bad input (options, a missing or broken model file) exits 2 with a one-line message."""
     args = build_parser().parse_args(argv)
     try:
         out = run(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as exc:  # ModelFileError and ModelNotFoundError included
+        print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)  # one line
         return 2
     if args.json:
         print(json.dumps({"text": out["text"], **{k: v for k, v in out.items() if k != "text"}}))

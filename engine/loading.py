@@ -1,14 +1,20 @@
 """Load a causal LM and its tokenizer for the engine, with clear errors when a model cannot be found.
 
 Resolves device and dtype names, loads local Hugging Face folders (or hub ids already in the local cache),
-and checks that a draft shares the target's tokenizer. Non-goals: downloading by default, quantisation,
-multi-GPU sharding (no `device_map`: that needs `accelerate`, which is not a dependency).
+and checks that a draft shares the target's tokenizer. A folder whose files are there but broken (a
+config.json that is not JSON or names no architecture, an empty / truncated / corrupt safetensors
+file, tensors missing or of the wrong shape) raises ModelFileError naming the file, never a partly
+random model. Non-goals: downloading by default, quantisation, multi-GPU sharding (no `device_map`:
+that needs `accelerate`, which is not a dependency).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +22,7 @@ from typing import Any
 import torch
 from huggingface_hub.errors import HFValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 DTYPE_ALIASES: dict[str, torch.dtype] = {
@@ -39,6 +46,10 @@ _PROBE_TEXT = "def add(a, b):\n    return a + b  # Ünïcode, tabs\tand 3.14 <|i
 
 class ModelNotFoundError(FileNotFoundError):
     """A model folder or hub id that could not be found or loaded."""
+
+
+class ModelFileError(ValueError):
+    """A model folder whose files exist but cannot be used (corrupt JSON, broken or mismatched weights)."""
 
 
 class TokenizerMismatchError(ValueError):
@@ -150,6 +161,116 @@ def _local_folder(name: str) -> Path | None:
     return None
 
 
+# JSON files of a model folder that transformers parses; each is checked so a broken one is named.
+_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "model.safetensors.index.json")
+
+
+def _cause(exc: BaseException) -> str:
+    """The first line of an exception's message (or its type)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON content of a model file; ModelFileError naming the file when it is empty or not JSON."""
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise ModelFileError(f"{path} is empty; expected JSON")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+        raise ModelFileError(f"{path} is not valid JSON{where} ({reason})") from exc
+
+
+def _check_folder_files(folder: Path) -> list[Path]:
+    """Check the folder's JSON files and safetensors headers; returns the safetensors weight files."""
+    for name in _JSON_FILES:
+        if (folder / name).is_file():
+            data = _read_json(folder / name)
+            if not isinstance(data, dict):
+                raise ModelFileError(f"{folder / name} holds a JSON {type(data).__name__}, not an object")
+    config = _read_json(folder / "config.json")
+    if "model_type" not in config:
+        raise ModelFileError(
+            f"{folder / 'config.json'} has no 'model_type' key, so the architecture is unknown"
+        )
+    index = folder / "model.safetensors.index.json"
+    if (folder / "model.safetensors").is_file():
+        weights = [folder / "model.safetensors"]
+    elif index.is_file():
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelFileError(f"{index} has no 'weight_map' naming the weight shards")
+        weights = [folder / name for name in sorted(set(map(str, weight_map.values())))]
+        for shard in weights:
+            if not shard.is_file():
+                raise ModelFileError(f"{index} lists the shard {shard.name}, which is missing from {folder}")
+    elif any(folder.glob("pytorch_model*.bin")):
+        return []  # pickled weights: torch reports what is wrong with them
+    else:
+        raise ModelFileError(
+            f"model folder {folder} has no weights (looked for model.safetensors, "
+            "model.safetensors.index.json, pytorch_model.bin)"
+        )
+    from safetensors import safe_open
+
+    for path in weights:
+        if path.stat().st_size == 0:
+            raise ModelFileError(f"{path} is empty (0 bytes); copy or download the weights again")
+        try:
+            with safe_open(str(path), framework="pt") as handle:  # reads the header: names, shapes, extent
+                handle.keys()
+        except Exception as exc:  # SafetensorError: truncated, bad header
+            raise ModelFileError(
+                f"{path} is not a readable safetensors file, truncated or corrupt ({_cause(exc)}); "
+                "copy or download it again"
+            ) from exc
+    return weights
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bars or load reports from transformers while loading (problems become errors instead)."""
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _from_pretrained(source: str | Path, dtype: torch.dtype, local_files_only: bool, where: str) -> PreTrainedModel:
+    """AutoModelForCausalLM.from_pretrained, with missing or mis-shaped tensors an error naming `where`."""
+    with _quiet_transformers():
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source,
+            dtype=dtype,
+            local_files_only=local_files_only,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported below as an error, with the tensor's name and shapes
+        )
+    mismatched = sorted(info.get("mismatched_keys") or (), key=lambda m: m[0])
+    if mismatched:
+        name, found, expected = mismatched[0]
+        raise ModelFileError(
+            f"the weights in {where} do not fit its config.json: {name} has shape {list(found)}, the model expects "
+            f"{list(expected)} ({len(mismatched)} tensor(s) differ)"
+        )
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise ModelFileError(
+            f"the weights in {where} lack {len(missing)} tensor(s) the model needs, e.g. {missing[0]}"
+        )
+    return model
+
+
 def _load_from_hub(repo_id: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a hub id from the local cache, or from the network only when SPECTUNE_ALLOW_HUB=1."""
     # Without network transformers retries for ~25 s per file before failing; cache-only fails in
@@ -157,7 +278,7 @@ def _load_from_hub(repo_id: str, dtype: torch.dtype) -> tuple[PreTrainedModel, P
     allow_network = os.environ.get(ALLOW_HUB_ENV) == "1"
     try:
         tokenizer = AutoTokenizer.from_pretrained(repo_id, local_files_only=not allow_network)
-        model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype, local_files_only=not allow_network)
+        model = _from_pretrained(repo_id, dtype, not allow_network, repr(repo_id))
     except (OSError, HFValidationError) as exc:
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if allow_network:
@@ -179,7 +300,8 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto") 
     """Load a model folder (or a cached hub id) and its tokenizer, in eval mode on `device` in `dtype`.
 
     A string that exists on disk, or looks like a path ("/x", "./x", "~/x", "a/b/c"), must be a folder with
-    config.json and tokenizer files, else ModelNotFoundError naming the path. Anything else is a hub id,
+    config.json and tokenizer files, else ModelNotFoundError naming the path; its files must be sound, else
+    ModelFileError naming the broken file (nothing is printed while loading). Anything else is a hub id,
     loaded from the local Hugging Face cache only, so a missing model fails in milliseconds instead of
     after ~25 s of network retries per file; set SPECTUNE_ALLOW_HUB=1 to let it download. A hub id that
     cannot be loaded raises ModelNotFoundError naming it and suggesting a local folder.
@@ -188,9 +310,19 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto") 
     torch_dtype = resolve_dtype(dtype, torch_device)
     folder = _local_folder(name_or_path)
     if folder is not None:
+        weights = _check_folder_files(folder)
+        where = ", ".join(str(w) for w in weights) or str(folder)
         # local_files_only: a local folder must never trigger a download of missing pieces.
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except Exception as exc:  # tokenizers raises plain Exceptions for files it cannot parse
+            raise ModelFileError(f"cannot load the tokenizer in {folder}: {_cause(exc)}") from exc
+        try:
+            model = _from_pretrained(folder, torch_dtype, True, where)
+        except ModelFileError:
+            raise
+        except Exception as exc:  # whatever transformers or torch raise for a file they cannot use
+            raise ModelFileError(f"cannot load the model in {folder}: {_cause(exc)}") from exc
         path = str(folder)
     else:
         model, tokenizer = _load_from_hub(name_or_path, torch_dtype)

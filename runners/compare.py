@@ -3,7 +3,8 @@
 `Comparison` is what both `python -m runners.run` and the tuner drive: it takes already-loaded
 models (no reload per trial), optionally an OFF baseline measured earlier (once per study), and
 yields one `TaskOutcome` per task and repeat as soon as both sides are known, so a caller can report
-it to a pruner or stop (closing the iterator stops after the current task).
+it to a pruner or stop (closing the iterator stops after the current task). `skip` leaves out task
+runs already measured (a resumed run); the others keep the seeds they would have had.
 
 Measurement rules (DESIGN.md §6, the RTX 4060 study in the seeds): OFF and ON alternate task by
 task so machine drift hits both equally; an untimed warm-up runs first; every repeat starts with an
@@ -14,7 +15,7 @@ session seed per task, so greedy streams are directly comparable token by token.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class Comparison:
         baseline: Baseline | None = None,
         model_name: str = "model",
         plain: EngineConfig | None = None,
+        skip: Collection[tuple[str, int]] = (),
     ) -> None:
         self.models = models
         self.instances = instances
@@ -71,6 +73,7 @@ class Comparison:
         self.warmup = warmup
         self.baseline = baseline
         self.model_name = model_name
+        self.skip = set(skip)  # (instance_id, repeat) pairs not to run (already measured)
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
         reference = candidate if candidate is not None else (plain or EngineConfig())
         self.seed = reference.seed
@@ -99,13 +102,15 @@ class Comparison:
         return self.run()
 
     def run(self) -> Iterator[TaskOutcome]:
-        """Yield each task's OFF and ON results, repeat by repeat, task by task."""
-        if self.warmup:
+        """Yield each task's OFF and ON results, repeat by repeat, task by task (those in `skip` left out)."""
+        if self.warmup and self.remaining():
             self._warm_up()
         for repeat in range(self.repeats):
             if self.candidate_engine is not None:
                 self.candidate_engine.reset_suffix_index()  # every repeat starts from the same drafter state
             for index, instance in enumerate(self.instances):
+                if (instance.instance_id, repeat) in self.skip:
+                    continue
                 seed = self.seed + index + REPEAT_SEED_STRIDE * repeat
                 if self.baseline is not None:
                     base = self.baseline.runs.get((instance.instance_id, repeat))
@@ -115,6 +120,12 @@ class Comparison:
                 if self.candidate_engine is not None:
                     cand = self._episode("candidate", self.candidate_engine, instance, repeat, seed)
                 yield TaskOutcome(instance.instance_id, index, repeat, base, cand)
+
+    def remaining(self) -> int:
+        """Task runs this comparison will run (tasks x repeats, less `skip`)."""
+        return sum(
+            (i.instance_id, repeat) not in self.skip for repeat in range(self.repeats) for i in self.instances
+        )
 
     def _warm_up(self) -> None:
         """One short untimed generation per engine (first-call allocations, kernel selection)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
@@ -41,7 +41,7 @@ class TaskConf:
     name: str = "swe-lite"  # swe-lite | swe-bench-lite
     split: str = "dev"  # swe-lite: train | dev | test (| probe with task.path); swe-bench-lite: dev | test
     limit: int | None = None  # run only N instances (which ones: `subset`)
-    subset: str = "first"  # first: the first `limit` instances | spread: `limit` evenly spaced over the split
+    subset: str = "spread"  # spread: `limit` evenly spaced over the split (every project) | first: the first `limit`
     instance_ids: list[str] = field(default_factory=list)  # run only these instances
     path: str | None = None  # swe-bench-lite: a local copy (JSONL/Parquet/saved dataset); swe-lite: a probe folder
 
@@ -51,7 +51,7 @@ class ModelConf:
     """Target and draft models: a local folder, a cached hub id, or `tiny` (created on first use)."""
 
     name: str = "tiny"  # label recorded in MLflow and predictions
-    target: str = "tiny"  # path / hub id of the target model; `tiny` = a random model built by engine.tiny
+    target: str = MISSING  # path / hub id of the target model; `tiny` = a random model built by engine.tiny
     draft: str | None = "tiny"  # draft model for drafter=draft_model; null = none
     mtp: str | None = None  # MTP heads (later issues)
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16 | float64
@@ -116,6 +116,8 @@ class RunConf:
     warmup: bool = True  # one untimed generation per engine before measuring
     threads: int | None = None  # torch CPU threads; null = torch's default
     progress: bool = True  # show a progress bar
+    resume: bool = False  # reuse runs/<name>/: keep its finished task runs, run the rest, one summary
+    overwrite: bool = False  # reuse runs/<name>/: delete the run there first
 
 
 @dataclass
@@ -179,6 +181,14 @@ def baseline_config(candidate: EngineConfig) -> EngineConfig:
 
 def check_config(cfg: Any) -> EngineConfig:
     """Validate closed choices and ranges without loading anything; returns the candidate EngineConfig."""
+    model = cfg.model
+    if (isinstance(model, DictConfig) and OmegaConf.is_missing(model, "target")) or not model.target:
+        raise ValueError(
+            f"model.target is not set: model={model.name} needs model.target=/path/to/model-folder "
+            "(a local folder or a cached hub id; model.draft=... for engine=draft_model)"
+        )
+    if cfg.run.resume and cfg.run.overwrite:
+        raise ValueError("run.resume=true and run.overwrite=true exclude each other; pass one of them")
     _choice(cfg.task.name, SUITES, "task")
     _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")

@@ -6,7 +6,9 @@
 Speculation is off (drafter none) whatever `engine.drafter` says; the engine's sampling settings
 (temperature, top_k, top_p) and `run.seed` apply. The agent, sandbox and evaluation are the runner's
 own (a `Comparison` with no candidate); only the target model is loaded. Writes runs/<run.name>/
-eval.json, predictions.jsonl (SWE-bench format) and trajectories/; Ctrl-C writes a partial eval.json.
+eval.json, predictions.jsonl (SWE-bench format), repeats.jsonl (appended as tasks finish) and
+trajectories/. Ctrl-C / SIGTERM, `run.resume` and `run.overwrite` work as in `runners.run`: a partial
+eval.json after the task in flight (at once on a second signal), exit status 130 / 143.
 Non-goal: speed comparisons (that is `runners.run`, OFF vs ON in one process).
 """
 
@@ -25,17 +27,18 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.loop import STATUSES as AGENT_STATUSES
-from engine.loading import ModelNotFoundError
 from runners.config import baseline_config, check_config, register_configs
+from runners.interrupt import GracefulStop, Interrupted, until_stopped
 from runners.outcomes import SideRun
-from runners.outputs import dumps_strict, write_atomic
+from runners.outputs import RAW, append_outcome, dumps_strict, write_atomic, write_raw
 from runners.provenance import provenance
 from runners.report import RunProgress, table_console
-from runners.run import CONF_DIR, prepare
+from runners.run import CONF_DIR, outcomes_in_order, prepare, run_command
+from runners.runfolder import plan
 from runners.summary import side_summary
 from runners.tracking import make_tracker
 from tasks.schema import Instance
-from tasks.suites import SuiteUnavailableError, swe_lite_root, verify_swe_lite
+from tasks.suites import swe_lite_root, verify_swe_lite
 
 # side_summary keys left out of eval.json's `generation` block: reported at the top, or drafting-only.
 NOT_GENERATION = (
@@ -127,42 +130,85 @@ def _predictions(runs: list[SideRun], model_name: str) -> str:
 
 
 def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run the model on the configured tasks with plain decoding and write eval.json; returns its content."""
+    """Run the model on the configured tasks with plain decoding and write eval.json; returns its content.
+
+    Signals, resume and overwrite behave as in `runners.run` (the first SIGINT/SIGTERM stops after the
+    task in flight, a second one at once; eval.json is then written with `partial: true`).
+    """
     console = console or Console(stderr=True)
     speculative = check_config(cfg)  # validates the whole config before anything is loaded
     plain = baseline_config(speculative)  # drafter none with the configured sampling and seed
+    task = cfg.task
+    folder = plan(Path(cfg.run.root) / cfg.run.name, cfg, eval_run=True)  # reads only
     if cfg.engine.drafter != "none":
         console.print(
             f"[yellow]note:[/] eval_model decodes plainly; engine.drafter={cfg.engine.drafter} is ignored "
             "(compare speculation with `python -m runners.run`)"
         )
+    with GracefulStop(console) as stop:
+        try:
+            instances, models, out_dir, comparison = prepare(cfg, None, draft=None, plain=plain)
+            config_dict = OmegaConf.to_container(cfg, resolve=True)
+            tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
+        except KeyboardInterrupt:
+            raise Interrupted(stop, "while loading") from None
+        if stop.requested:
+            raise Interrupted(stop, "while loading")
+        finished = folder.finished(instances, ("baseline",))
+        comparison.skip = {(o.instance_id, o.repeat) for o in finished}
+        folder.claim(cfg, finished)  # from here on the run folder is this run's
+        tags = {"kind": "eval", "model": cfg.model.name, "task": f"{task.name}/{task.split}", "drafter": "none"}
+        tracker.start(cfg.run.name, config_dict, tags)
+        total = len(instances) * cfg.run.repeats
+        console.print(
+            f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), plain decoding (temperature={plain.temperature}) "
+            f"of {cfg.model.name} -> {out_dir}"
+        )
+        if finished:
+            console.print(f"resuming: {len(finished)} of {total} task run(s) already finished, running the rest")
+        outcomes = list(finished)
+        try:
+            with RunProgress(comparison.remaining(), cfg.run.progress, console) as progress:
+                for outcome in until_stopped(comparison, stop):
+                    assert outcome.baseline is not None  # measured here, never supplied
+                    append_outcome(out_dir, outcome)  # a killed run keeps it (run.resume=true)
+                    outcomes.append(outcome)
+                    progress.update(outcome)
+        except KeyboardInterrupt:
+            pass
+        outcomes = outcomes_in_order(outcomes)
+        runs: list[SideRun] = [o.baseline for o in outcomes if o.baseline is not None]
+        partial = len(outcomes) < total
+        if partial:
+            console.print(f"[yellow]interrupted:[/] writing a partial eval of {len(runs)} finished task run(s)")
+        with stop.hold():
+            result = _result(cfg, instances, models, runs, plain, partial, stop.signal_name if partial else None)
+            paths = [out_dir / EVAL_FILE, out_dir / PREDICTIONS_FILE]
+            write_atomic(paths[0], dumps_strict(result))
+            write_atomic(paths[1], _predictions([r for r in runs if r.repeat == 0], cfg.model.name))
+            write_raw(out_dir, outcomes)
+            paths.append(out_dir / RAW)
+            if (out_dir / "trajectories").is_dir():
+                paths.append(out_dir / "trajectories")
+            title = f"{cfg.model.name} on {task.name}/{task.split}, plain decoding"
+            tables = table_console()
+            for table in eval_tables(result, title):
+                tables.print(table)
+            _track(tracker, result, runs, paths, "KILLED" if partial else "FINISHED", console)
+            console.print(f"results: {paths[0]}")
+    return result
+
+
+def _result(cfg, instances, models, runs, plain, partial: bool, interrupted: str | None) -> dict[str, Any]:
+    """The content of eval.json."""
     task = cfg.task
-    instances, models, out_dir, comparison = prepare(cfg, None, draft=None, plain=plain)
-    config_dict = OmegaConf.to_container(cfg, resolve=True)
-    tags = {"kind": "eval", "model": cfg.model.name, "task": f"{task.name}/{task.split}", "drafter": "none"}
-    tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
-    tracker.start(cfg.run.name, config_dict, tags)
-    console.print(
-        f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), plain decoding (temperature={plain.temperature}) "
-        f"of {cfg.model.name} -> {out_dir}"
-    )
-    runs: list[SideRun] = []
-    partial = False
-    try:
-        with RunProgress(len(instances) * cfg.run.repeats, cfg.run.progress, console) as progress:
-            for outcome in comparison:
-                assert outcome.baseline is not None  # measured here, never supplied
-                runs.append(outcome.baseline)
-                progress.update(outcome)
-    except KeyboardInterrupt:
-        partial = True
-        console.print(f"[yellow]interrupted:[/] writing a partial eval of {len(runs)} finished task run(s)")
     by_id = {i.instance_id: i for i in instances}
     # Speed and token counts of the plain decoding; successes and statuses are reported above it.
     generation = {k: v for k, v in side_summary(runs, cfg.run.repeats).items() if k not in NOT_GENERATION}
-    result = {
+    return {
         "name": cfg.run.name,
         "partial": partial,
+        "interrupted": interrupted,
         "model": {
             "name": cfg.model.name,
             "target": models.target_path,
@@ -195,20 +241,8 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
             for r in runs
         ],
         "provenance": provenance(task.name, cfg.run.seed, models.target.device, task.split, task.path),
-        "config": config_dict,
+        "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    paths = [out_dir / EVAL_FILE, out_dir / PREDICTIONS_FILE]
-    write_atomic(paths[0], dumps_strict(result))
-    write_atomic(paths[1], _predictions([r for r in runs if r.repeat == 0], cfg.model.name))
-    if (out_dir / "trajectories").is_dir():
-        paths.append(out_dir / "trajectories")
-    title = f"{cfg.model.name} on {task.name}/{task.split}, plain decoding"
-    tables = table_console()
-    for table in eval_tables(result, title):
-        tables.print(table)
-    _track(tracker, result, runs, paths, "KILLED" if partial else "FINISHED", console)
-    console.print(f"results: {paths[0]}")
-    return result
 
 
 def _track(tracker, result: dict[str, Any], runs: list[SideRun], paths: list[Path], status: str, console) -> None:
@@ -242,13 +276,7 @@ register_configs()
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
-    try:
-        result = evaluate_model(cfg)
-    except (ValueError, ModelNotFoundError, SuiteUnavailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    if result["partial"]:
-        sys.exit(130)
+    run_command(evaluate_model, cfg)
 
 
 def main() -> None:

@@ -4,11 +4,16 @@
 
 Writes runs/<run.name>/ (summary.json, per_task.jsonl, repeats.jsonl, trajectories/, predictions-*.jsonl,
 plots) and logs a parent MLflow run with one child per side (`mlflow ui --backend-store-uri
-sqlite:///runs/mlflow.db`). Ctrl-C stops after the current task and writes a partial summary.
+sqlite:///runs/mlflow.db`). Ctrl-C or SIGTERM stops after the task in flight and writes a partial summary
+(`partial: true`, exit status 130 / 143); a second one stops at once, still writing the summary of the task
+runs finished before. Finished task runs are appended to repeats.jsonl as they finish: `run.resume=true`
+continues a stopped run under the same run.name, `run.overwrite=true` replaces it; reusing a run.name
+with neither is refused (exit 2). Bad configuration or input files: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,7 @@ from typing import Any
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 from rich.console import Console
 
 from agents.loop import AgentConfig
@@ -24,12 +30,14 @@ from engine.loading import ModelNotFoundError
 from runners.compare import Comparison
 from runners.config import GIB, check_config, register_configs
 from runners.environment import make_environment
+from runners.interrupt import GracefulStop, Interrupted, until_stopped
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
-from runners.outputs import write_outputs
+from runners.outputs import append_outcome, write_outputs
 from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import RunProgress, summary_table, table_console
+from runners.runfolder import plan
 from runners.summary import summarize
 from runners.tracking import make_tracker
 from tasks.schema import Instance
@@ -106,68 +114,94 @@ def prepare(
 
 
 def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run the configured comparison and write its outputs; returns the summary. Raises on bad config."""
+    """Run the configured comparison and write its outputs; returns the summary. Raises on bad config.
+
+    The first SIGINT/SIGTERM stops after the task in flight, a second one at once; either way the
+    summary of the finished task runs is written with `partial: true` (runners/interrupt.py).
+    """
     console = console or Console(stderr=True)
     candidate = check_config(cfg)
     task = cfg.task
-    instances, models, out_dir, comparison = prepare(cfg, candidate, draft=cfg.model.draft)
-    torch_device = models.target.device
-    if torch_device.type != "cuda":
+    folder = plan(Path(cfg.run.root) / cfg.run.name, cfg)  # reads only: refuse before loading anything
+    with GracefulStop(console) as stop:
+        try:
+            instances, models, out_dir, comparison = prepare(cfg, candidate, draft=cfg.model.draft)
+            config_dict = OmegaConf.to_container(cfg, resolve=True)
+            tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
+        except KeyboardInterrupt:
+            raise Interrupted(stop, "while loading") from None
+        if stop.requested:
+            raise Interrupted(stop, "while loading")
+        sides = SIDES if comparison.candidate_engine is not None else ("baseline",)
+        outcomes: list[TaskOutcome] = folder.finished(instances, sides)
+        comparison.skip = {(o.instance_id, o.repeat) for o in outcomes}
+        folder.claim(cfg, outcomes)  # from here on the run folder is this run's
+        torch_device = models.target.device
+        if torch_device.type != "cuda":
+            console.print(
+                f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
+                f"sets only the VRAM ceiling ({cfg.hardware.vram_gib:g} GiB) checked against the memory estimate."
+            )
+        if comparison.unsupported:
+            console.print(f"[red]unsupported:[/] {comparison.unsupported} (the baseline still runs)")
+        tags = {
+            "hardware": cfg.hardware.name,
+            "model": cfg.model.name,
+            "task": f"{task.name}/{task.split}",
+            "lossy": str(comparison.lossy).lower(),
+            "drafter": cfg.engine.drafter,
+        }
+        tracker.start(cfg.run.name, _flatten(config_dict), tags)
+        total = len(instances) * cfg.run.repeats
         console.print(
-            f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
-            f"sets only the VRAM ceiling ({cfg.hardware.vram_gib:g} GiB) checked against the memory estimate."
+            f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), OFF vs ON "
+            f"(drafter={cfg.engine.drafter}, gamma={cfg.engine.gamma}, acceptance={cfg.engine.acceptance}) -> {out_dir}"
         )
-    if comparison.unsupported:
-        console.print(f"[red]unsupported:[/] {comparison.unsupported} (the baseline still runs)")
-    config_dict = OmegaConf.to_container(cfg, resolve=True)
-    tags = {
-        "hardware": cfg.hardware.name,
-        "model": cfg.model.name,
-        "task": f"{task.name}/{task.split}",
-        "lossy": str(comparison.lossy).lower(),
-        "drafter": cfg.engine.drafter,
-    }
-    tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
-    tracker.start(cfg.run.name, _flatten(config_dict), tags)
-    outcomes: list[TaskOutcome] = []
-    partial = False
-    status = "FINISHED"
-    console.print(
-        f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), OFF vs ON "
-        f"(drafter={cfg.engine.drafter}, gamma={cfg.engine.gamma}, acceptance={cfg.engine.acceptance}) -> {out_dir}"
-    )
-    try:
-        with RunProgress(len(instances) * cfg.run.repeats, cfg.run.progress, console) as progress:
-            for outcome in comparison:
-                outcomes.append(outcome)
-                progress.update(outcome)
-    except KeyboardInterrupt:
-        partial, status = True, "KILLED"
-        console.print(f"[yellow]interrupted:[/] writing a partial summary of {len(outcomes)} finished task run(s)")
-    summary = summarize(
-        outcomes,
-        repeats=cfg.run.repeats,
-        lossy=comparison.lossy,
-        greedy=comparison.greedy,
-        unsupported=comparison.unsupported,
-        extra={
-            "name": cfg.run.name,
-            "partial": partial,
-            "provenance": provenance(task.name, cfg.run.seed, torch_device, task.split, task.path),
-            "config": config_dict,
-        },
-    )
-    summary["hardware"] = hardware_block(cfg, torch_device, summary)
-    paths = write_outputs(out_dir, summary, outcomes, cfg.model.name)
-    save_plots(summary, out_dir)  # the PNGs exist with tracking off too
-    if (out_dir / "trajectories").is_dir():
-        paths.append(out_dir / "trajectories")
-    device_name = summary["provenance"]["device"]
-    title = f"{task.name}/{task.split}: {len(instances)} task(s) x {cfg.run.repeats} repeat(s) on {device_name}"
-    table_console().print(summary_table(summary, title))
-    _log(tracker, summary, outcomes, paths, tags, status, console)
-    console.print(f"results: {out_dir / 'summary.json'}")
+        if outcomes:
+            console.print(f"resuming: {len(outcomes)} of {total} task run(s) already finished, running the rest")
+        try:
+            with RunProgress(comparison.remaining(), cfg.run.progress, console) as progress:
+                for outcome in until_stopped(comparison, stop):
+                    append_outcome(out_dir, outcome)  # a killed run keeps it (run.resume=true)
+                    outcomes.append(outcome)
+                    progress.update(outcome)
+        except KeyboardInterrupt:
+            pass
+        partial = len(outcomes) < total
+        status = "KILLED" if partial else "FINISHED"
+        if partial:
+            console.print(f"[yellow]interrupted:[/] writing a partial summary of {len(outcomes)} finished task run(s)")
+        with stop.hold():
+            summary = summarize(
+                outcomes_in_order(outcomes),
+                repeats=cfg.run.repeats,
+                lossy=comparison.lossy,
+                greedy=comparison.greedy,
+                unsupported=comparison.unsupported,
+                extra={
+                    "name": cfg.run.name,
+                    "partial": partial,
+                    "interrupted": stop.signal_name if partial else None,
+                    "provenance": provenance(task.name, cfg.run.seed, torch_device, task.split, task.path),
+                    "config": config_dict,
+                },
+            )
+            summary["hardware"] = hardware_block(cfg, torch_device, summary)
+            paths = write_outputs(out_dir, summary, outcomes_in_order(outcomes), cfg.model.name)
+            save_plots(summary, out_dir)  # the PNGs exist with tracking off too
+            if (out_dir / "trajectories").is_dir():
+                paths.append(out_dir / "trajectories")
+            device_name = summary["provenance"]["device"]
+            title = f"{task.name}/{task.split}: {len(instances)} task(s) x {cfg.run.repeats} repeat(s) on {device_name}"
+            table_console().print(summary_table(summary, title))
+            _log(tracker, summary, outcomes_in_order(outcomes), paths, tags, status, console)
+            console.print(f"results: {out_dir / 'summary.json'}")
     return summary
+
+
+def outcomes_in_order(outcomes: list[TaskOutcome]) -> list[TaskOutcome]:
+    """Repeat by repeat, task by task: the order of an uninterrupted run (resumed ones included)."""
+    return sorted(outcomes, key=lambda o: (o.repeat, o.index))
 
 
 def _log(tracker, summary, outcomes, paths, tags, status, console) -> None:
@@ -213,17 +247,37 @@ def _log(tracker, summary, outcomes, paths, tags, status, console) -> None:
 
 register_configs()
 
+# Configuration and input problems: one line on stderr, exit 2 (Hydra's own errors stay Hydra's).
+INPUT_ERRORS = (ValueError, ModelNotFoundError, SuiteUnavailableError, MissingMandatoryValue)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def run_command(body, cfg: DictConfig) -> dict[str, Any]:
+    """Run a command body; bad input exits 2 with one line, an interruption 128 + the signal (130, 143)."""
+    try:
+        result = body(cfg)
+    except INPUT_ERRORS as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted while writing the results; they may be incomplete", file=sys.stderr)
+        sys.exit(130)
+    if result.get("partial"):
+        sys.exit(128 + signal.Signals[result.get("interrupted") or "SIGINT"])
+    return result
+
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Hydra entry point; configuration and input problems exit 2 with a one-line message."""
-    try:
-        summary = execute(cfg)
-    except (ValueError, ModelNotFoundError, SuiteUnavailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    if summary.get("partial"):
-        sys.exit(130)
+    run_command(execute, cfg)
 
 
 if __name__ == "__main__":

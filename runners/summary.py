@@ -77,6 +77,10 @@ def side_summary(runs: list[SideRun], repeats: int, unsupported: str | None = No
     for r in runs:
         statuses[r.status] = statuses.get(r.status, 0) + 1
     drafted, accepted = stats.drafted_per_position, stats.accepted_per_position
+    # The engine's lists end at their last non-zero count; pad both to one length (position i in both).
+    width = max(len(drafted), len(accepted))
+    drafted = list(drafted) + [0] * (width - len(drafted))
+    accepted = list(accepted) + [0] * (width - len(accepted))
     return {
         "seconds_per_success": _median_or_none(per_repeat),
         "seconds_per_success_repeats": [finite(v) for v in per_repeat],

@@ -5,6 +5,10 @@ generalisation probe (`python -m tasks.build swe-lite --probe N --out DIR`) load
 `path=DIR` (or `DIR/probe.jsonl`) and split `probe`, checked against its own manifest.
 `swe-bench-lite` comes from the hub (`princeton-nlp/SWE-bench_Lite`); offline, point `path` at a
 local copy (a JSONL/JSON/Parquet file or a folder saved with `Dataset.save_to_disk`).
+
+A broken input file (a manifest that is not JSON or lacks a key, a JSONL line that is not a JSON
+object or not an instance, a file the manifest lists but that is missing) raises SuiteFileError
+naming the file (and the line) in one line.
 """
 
 from __future__ import annotations
@@ -27,6 +31,90 @@ SUBSETS = ("first", "spread")  # how `limit` picks instances: the first N, or N 
 
 class SuiteUnavailableError(RuntimeError):
     """A suite cannot be loaded here (no hub, missing files); the message says what to do."""
+
+
+class SuiteFileError(SuiteUnavailableError):
+    """A suite file that exists but is malformed; the message names the file (and line) and what is wrong."""
+
+
+def _quiet_datasets() -> None:
+    """No progress bars from `datasets` (they would interleave with the runner's own output)."""
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()
+
+
+def _json_text(path: Path) -> object:
+    """The JSON content of a suite file; SuiteFileError naming it when it is not JSON."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise SuiteFileError(f"{path} is not UTF-8 text") from exc
+    if not text.strip():
+        raise SuiteFileError(f"{path} is empty; expected JSON")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SuiteFileError(f"{path} is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+
+
+def check_jsonl(path: Path) -> int:
+    """Check that every non-blank line of a JSONL file is a JSON object that makes an Instance; returns the count.
+
+    SuiteFileError names the file and the first bad line.
+    """
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as exc:
+        raise SuiteFileError(f"{path} is not UTF-8 text") from exc
+    count = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SuiteFileError(f"{path}:{number}: not valid JSON (column {exc.colno}: {exc.msg})") from exc
+        if not isinstance(record, dict):
+            raise SuiteFileError(f"{path}:{number}: a JSON {type(record).__name__}, not an instance object")
+        try:
+            Instance.from_record(record)
+        except ValueError as exc:
+            raise SuiteFileError(f"{path}:{number}: {exc}") from exc
+        count += 1
+    if not count:
+        raise SuiteFileError(f"{path} holds no instances")
+    return count
+
+
+def _require(manifest: dict, key: str, kind: type, path: Path, why: str = "") -> object:
+    value = manifest.get(key)
+    if not isinstance(value, kind):
+        state = "lacks the key" if key not in manifest else f"has a {type(value).__name__} for"
+        raise SuiteFileError(f"{path} {state} {key!r} (a JSON {kind.__name__.replace('str', 'string')}){why}")
+    return value
+
+
+def read_manifest(root: Path) -> dict:
+    """The manifest of a swe-lite-format folder, with the keys loading needs checked (SuiteFileError if not)."""
+    path = root / "manifest.json"
+    manifest = _json_text(path)
+    if not isinstance(manifest, dict):
+        raise SuiteFileError(f"{path} holds a JSON {type(manifest).__name__}, not an object")
+    files = _require(manifest, "files", dict, path)
+    counts = _require(manifest, "counts", dict, path)
+    _require(manifest, "content_hash", str, path)
+    if not all(isinstance(v, str) for v in files.values()):
+        raise SuiteFileError(f"{path}: 'files' must map file names to sha256 strings")
+    if not all(isinstance(v, int) for v in counts.values()):
+        raise SuiteFileError(f"{path}: 'counts' must map split names to numbers of instances")
+    if manifest.get("kind") == "probe" or "probe" in counts:
+        if manifest.get("kind") != "probe":
+            raise SuiteFileError(f"{path} counts a probe split but lacks \"kind\": \"probe\"")
+        excludes = _require(manifest, "excludes", dict, path, ": the suite the probe was built against")
+        _require(excludes, "suite_content_hash", str, path, " under 'excludes'")
+        _require(manifest, "seed", int, path)
+    return manifest
 
 
 def spread(items: list, n: int) -> list:
@@ -71,10 +159,14 @@ def verify_swe_lite(root: Path = SWE_LITE_DIR) -> dict:
         raise SuiteUnavailableError(
             f"swe-lite is not built: {manifest_path} missing; run `python -m tasks.build swe-lite`"
         )
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(root)
     for name, digest in manifest["files"].items():
+        if not (root / name).is_file():
+            raise SuiteFileError(f"{manifest_path} lists {name}, but {root / name} is missing")
         actual = hashlib.sha256((root / name).read_bytes()).hexdigest()
         if actual != digest:
+            if name.endswith(".jsonl"):
+                check_jsonl(root / name)  # a damaged line is named before the hash mismatch
             raise SuiteUnavailableError(f"swe-lite file {name} does not match its manifest (sha256 {actual[:12]})")
     if manifest.get("kind") == "probe":
         _check_probe_against_suite(manifest, root)
@@ -114,13 +206,28 @@ def load_swe_lite(
     subset: str = "first",
 ) -> list[Instance]:
     """Instances of one split of swe-lite (or of a probe folder `root`), loaded with `datasets`, manifest-checked."""
-    from datasets import load_dataset
 
     manifest = verify_swe_lite(root)
     if split not in manifest["counts"]:
         raise ValueError(f"unknown swe-lite split {split!r}; allowed: {sorted(manifest['counts'])}")
-    data = load_dataset("json", data_files=str(root / f"{split}.jsonl"), split="train", keep_in_memory=True)
+    path = root / f"{split}.jsonl"
+    if path.name not in manifest["files"]:
+        raise SuiteFileError(f"{root / 'manifest.json'} counts the split {split!r} but lists no file {path.name}")
+    _quiet_datasets()
+    data = _load_data_file("json", path)
     return _select(list(data), limit, instance_ids, f"swe-lite/{split}", subset)
+
+
+def _load_data_file(kind: str, path: Path):
+    """A JSON/Parquet data file through `datasets`; SuiteFileError naming the file when it cannot be read."""
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(kind, data_files=str(path), split="train", keep_in_memory=True)
+    except Exception as exc:  # datasets wraps parser errors in several types; all mean a bad file here
+        cause = exc.__cause__ or exc
+        text = " ".join(str(cause).split()) or type(cause).__name__
+        raise SuiteFileError(f"{path} cannot be read as {kind}: {text[:300]}") from exc
 
 
 def load_swe_bench_lite(
@@ -146,7 +253,10 @@ def load_swe_bench_lite(
             kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(p.suffix)
             if kind is None:
                 raise ValueError(f"swe-bench-lite: unsupported file type {p.suffix!r} (use .jsonl, .json or .parquet)")
-            data = load_dataset(kind, data_files=str(p), split="train", keep_in_memory=True)
+            if p.suffix == ".jsonl":
+                check_jsonl(p)  # names the file and line of a malformed record
+            _quiet_datasets()
+            data = _load_data_file(kind, p)
         return _select(list(data), limit, instance_ids, str(p), subset)
     if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
         raise SuiteUnavailableError(_offline_message("offline mode is set (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)"))

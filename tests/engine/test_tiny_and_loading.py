@@ -239,3 +239,38 @@ def test_check_same_tokenizer_rejects_different_tokenizers(tmp_path: Path, targe
     impostor = LoadedModel(target.model, renamed, "impostor", target.device, target.dtype)
     with pytest.raises(TokenizerMismatchError, match="eos_token"):
         check_same_tokenizer(target, impostor)
+
+
+def test_broken_model_files_are_named_not_loaded_half_random(tmp_path: Path, target_dir: Path) -> None:
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from engine.loading import ModelFileError
+
+    def copy(name: str) -> Path:
+        return Path(shutil.copytree(target_dir, tmp_path / name))
+
+    folder = copy("sharded")  # an index that names a shard which is not there
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    weight_map = {"lm_head.weight": "model-00001-of-00002.safetensors", "x": "model-00002-of-00002.safetensors"}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ModelFileError, match=r"model-00002-of-00002\.safetensors, which is missing"):
+        load_model(str(folder), device="cpu")
+    folder = copy("tokenizer")
+    (folder / "tokenizer.json").write_text("{")
+    with pytest.raises(ModelFileError, match=r"tokenizer\.json is not valid JSON at line 1"):
+        load_model(str(folder), device="cpu")
+    folder = copy("missing-tensor")  # transformers would initialise it randomly and only warn
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.layers.0.mlp.up_proj.weight"]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelFileError, match=r"lack 1 tensor\(s\).*up_proj"):
+        load_model(str(folder), device="cpu")
+    folder = copy("no-type")
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_type"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFileError, match="model_type"):
+        load_model(str(folder), device="cpu")

@@ -22,9 +22,9 @@ HUB_PAIRS = {
 register_configs()
 
 
-def _model(name: str):
+def _model(name: str, *overrides: str):
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose("config", overrides=[f"model={name}", "run.name=x"])
+        cfg = compose("config", overrides=[f"model={name}", "run.name=x", *overrides])
     check_config(cfg)
     return cfg.model
 
@@ -33,7 +33,7 @@ def test_every_model_option_composes_under_its_own_name():
     names = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
     assert {"spectune-tiny", *HUB_PAIRS} <= set(names)
     for name in names:
-        model = _model(name)
+        model = _model(name, *(["model.target=/models/mine"] if name == "local" else []))  # local has no default
         assert model.name == name, f"conf/model/{name}.yaml records the name {model.name!r}"
         assert model.target and model.dtype in ("auto", "float32")
 
