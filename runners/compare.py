@@ -14,7 +14,6 @@ session seed per task, so greedy streams are directly comparable token by token.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from runners.config import baseline_config
 from runners.environment import TaskEnvironment
 from runners.models import Models
 from runners.outcomes import SideRun, TaskOutcome
+from tasks.sandbox.owner import owned_tempdir
 from tasks.schema import Instance
 
 REPEAT_SEED_STRIDE = 1_000_003  # sampled runs get a different seed per repeat, the same for both sides
@@ -123,9 +123,7 @@ class Comparison:
 
     def remaining(self) -> int:
         """Task runs this comparison will run (tasks x repeats, less `skip`)."""
-        return sum(
-            (i.instance_id, repeat) not in self.skip for repeat in range(self.repeats) for i in self.instances
-        )
+        return sum((i.instance_id, repeat) not in self.skip for repeat in range(self.repeats) for i in self.instances)
 
     def _warm_up(self) -> None:
         """One short untimed generation per engine (first-call allocations, kernel selection)."""
@@ -141,7 +139,7 @@ class Comparison:
         tokenizer = self.models.target.tokenizer
         model = EngineModel(engine, tokenizer, self.model_name, seed=seed)
         trajectory = self.out_dir / "trajectories" / side / f"r{repeat}" / f"{instance.instance_id}.json"
-        with tempfile.TemporaryDirectory(prefix="spectune-task-") as tmp:
+        with owned_tempdir("task-") as tmp:
             workspace = self.environment.workspace(instance, Path(tmp) / "workspace")
             sandbox = self.environment.new_sandbox()
             try:
