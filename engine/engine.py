@@ -14,7 +14,7 @@ from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acc
 from engine.drafters import DRAFTERS, Drafter, DrafterResources, drafter_options_class, make_drafter
 from engine.drafters.suffix import SuffixOptions, new_shared_index
 from engine.gamma import GammaPolicy
-from engine.kv import Forward
+from engine.kv import Forward, position_limit
 from engine.loading import LoadedModel, check_same_tokenizer
 from engine.options import build_options, split_options
 from engine.sampling import SamplingParams
@@ -55,7 +55,7 @@ class Engine:
                 check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
         self.device = target.device
         self.forward = Forward(target.model)
-        self.context_limit = int(getattr(target.model.config, "max_position_embeddings", 1 << 30))
+        self.context_limit = position_limit(target.model) or 1 << 30
         self.stop_tokens = frozenset(target.eos_token_ids)
         self.suffix_index = (
             new_shared_index(self.drafter_options) if isinstance(self.drafter_options, SuffixOptions) else None

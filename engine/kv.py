@@ -10,7 +10,7 @@ import inspect
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class GrowingLayer(DynamicLayer):
@@ -72,16 +72,72 @@ class GrowingLayer(DynamicLayer):
         self.is_initialized = False
 
 
-def new_cache(model: torch.nn.Module) -> DynamicCache:
-    """An empty KV cache for `model`: growing in-place layers where attention is full.
+class SlidingGrowingLayer(GrowingLayer):
+    """A sliding-window (or chunked) KV layer that keeps its whole history, so any crop is exact.
 
-    Sliding-window and other special layers keep transformers' own implementation.
+    transformers' DynamicSlidingWindowLayer keeps only the last `sliding_window - 1` positions and
+    refuses to crop once past the window, so neither a rejected draft nor a diverging turn can be
+    rolled back. Here every position stays stored (memory as a full-attention layer) while a forward
+    still attends over the window only: `update` returns the last `sliding_window - 1` past
+    positions plus the new ones, and `get_mask_sizes` reports that slice with its absolute offset,
+    exactly as transformers' own layer does, so the model's sliding (or chunked) mask, built from the
+    config's window on absolute positions, is the one a fresh full forward computes.
+    """
+
+    is_sliding = True
+
+    def __init__(self, sliding_window: int) -> None:
+        super().__init__()
+        self.sliding_window = sliding_window
+
+    def _first_visible(self, past: int) -> int:
+        """First position any query after `past` cached positions can see."""
+        return max(past - self.sliding_window + 1, 0)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(kv_length, kv_offset) of what `update` will return for `query_length` new positions."""
+        past = self.get_seq_length()
+        start = self._first_visible(past)
+        return past + query_length - start, start
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Store the new positions; return only the window the new queries can attend to."""
+        start = self._first_visible(self.get_seq_length())
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        return keys[:, :, start:], values[:, :, start:]
+
+    def get_max_length(self) -> int:
+        """No maximum: the whole history is kept (-1, as for full attention)."""
+        return -1
+
+
+def _croppable(layer):
+    """Our croppable replacement for transformers' layer, or the layer itself when it has none."""
+    if type(layer) is DynamicLayer:
+        return GrowingLayer()
+    if type(layer) is DynamicSlidingWindowLayer:
+        return SlidingGrowingLayer(layer.sliding_window)
+    return layer
+
+
+def new_cache(model: torch.nn.Module) -> DynamicCache:
+    """An empty KV cache for `model` whose every attention layer grows in place and crops exactly.
+
+    Full-attention layers become GrowingLayer, sliding-window and chunked ones SlidingGrowingLayer;
+    other special layers (linear attention, KV sharing placeholders) keep transformers' own.
     """
     cache = DynamicCache(config=model.config)
-    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [_croppable(layer) for layer in cache.layers]
     if cache.layer_class_to_replicate is DynamicLayer:  # configs without layer types: layers made lazily
         cache.layer_class_to_replicate = GrowingLayer
     return cache
+
+
+def position_limit(model: torch.nn.Module) -> int | None:
+    """How many positions the model can embed (`max_position_embeddings`, GPT-2's `n_positions`), if set."""
+    config = model.config.get_text_config(decoder=True)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(limit) if limit else None
 
 
 def cache_length(cache: DynamicCache) -> int:

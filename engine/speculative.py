@@ -127,6 +127,7 @@ def generate(
             draft = drafter.propose(ctx)
             if len(draft.tokens) > k:  # a drafter may not overrun its budget
                 draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.sources[:k])
+            stats.draft_limit_steps += draft.limited and not draft.tokens
         clock.lap("draft")
         n = len(draft.tokens)
 

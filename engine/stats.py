@@ -33,6 +33,8 @@ class GenerationStats:
     prompt_tokens: int = 0  # prompt tokens given to the session
     reused_tokens: int = 0  # prompt tokens whose KV came from the session's cache
     prefilled_tokens: int = 0  # prompt tokens the target computed
+    # steps that wanted a draft but got none because the draft model's position limit was reached
+    draft_limit_steps: int = 0
     peak_memory_bytes: int = 0  # CUDA: max allocated; CPU: weights + KV estimate
     time_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0))
 
@@ -72,6 +74,7 @@ class GenerationStats:
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             reused_tokens=self.reused_tokens + other.reused_tokens,
             prefilled_tokens=self.prefilled_tokens + other.prefilled_tokens,
+            draft_limit_steps=self.draft_limit_steps + other.draft_limit_steps,
             peak_memory_bytes=max(self.peak_memory_bytes, other.peak_memory_bytes),
             time_s={k: self.time_s.get(k, 0.0) + other.time_s.get(k, 0.0) for k in TIME_KEYS},
         )
@@ -91,6 +94,7 @@ class GenerationStats:
             "prompt_tokens": self.prompt_tokens,
             "reused_tokens": self.reused_tokens,
             "prefilled_tokens": self.prefilled_tokens,
+            "draft_limit_steps": self.draft_limit_steps,
             "peak_memory_bytes": self.peak_memory_bytes,
             "time_s": dict(self.time_s),
             "acceptance_rate": self.acceptance_rate,

@@ -9,11 +9,44 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from engine.loading import LoadedModel
 
-ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+SLIDING_WINDOW = 8  # shorter than every test prompt, so rollbacks and reuse happen past the window
+
+# name -> (config class, model class, arch-specific config values)
+ARCHS: dict[str, tuple[type, type, dict]] = {
+    "llama": (LlamaConfig, LlamaForCausalLM, {}),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
+    # every layer a sliding-window layer
+    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": SLIDING_WINDOW}),
+    # Qwen2 with use_sliding_window: full layers below max_window_layers, sliding above
+    "qwen2_sliding": (
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        {"use_sliding_window": True, "sliding_window": SLIDING_WINDOW, "max_window_layers": 1},
+    ),
+    # alternating sliding / full layers (a mixed cache), per-layer-type RoPE, q/k norms
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM, {"sliding_window": SLIDING_WINDOW, "sliding_window_pattern": 2}),
+    # alternating sliding / full layers with logit soft-capping, eager attention (float32 softmax)
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM, {"sliding_window": SLIDING_WINDOW}),
+    # learned absolute positions: an index past n_positions does not exist
+    "gpt2": (GPT2Config, GPT2LMHeadModel, {}),
+}
 
 
 def random_model(
@@ -26,25 +59,29 @@ def random_model(
     dtype: torch.dtype = torch.float64,
     logit_scale: float = 1.0,
     eos_token_id: int | None = None,
+    max_positions: int = 512,
 ) -> LoadedModel:
     """A random-init causal LM wrapped as a LoadedModel (no tokenizer).
 
     `logit_scale` multiplies the LM head so the next-token distribution is peaked rather than
     near-uniform (random init gives logits of std ~0.3), which sampling tests need.
-    float64 by default so greedy comparisons never hinge on last-bit ties.
+    float64 by default so greedy comparisons never hinge on last-bit ties. `max_positions` is the
+    context limit (`max_position_embeddings`; GPT-2's `n_positions`).
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; allowed: {sorted(ARCHS)}")
-    config_cls, model_cls = ARCHS[arch]
+    config_cls, model_cls, extra = ARCHS[arch]
     heads = max(2, hidden // 32)
     config = config_cls(
+        **extra,
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=hidden * 2,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=heads // 2,
-        max_position_embeddings=512,
+        head_dim=hidden // heads,  # Gemma's default (256) would dwarf a tiny model
+        max_position_embeddings=max_positions,
         tie_word_embeddings=False,
         eos_token_id=eos_token_id,
         bos_token_id=None,

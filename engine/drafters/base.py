@@ -38,6 +38,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     probs: torch.Tensor | None = None  # [n, V_target] effective q; None: deterministic (one-hot q)
     sources: list[str] = field(default_factory=list)  # drafter credited for each token
+    limited: bool = False  # True: nothing proposed because the drafter's own context limit was reached
 
 
 @dataclass

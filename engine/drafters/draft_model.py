@@ -3,7 +3,9 @@
 The draft keeps its own KV cache; before each proposal it is cropped to the longest prefix it
 shares with the session history, which rolls back rejected drafts without extra bookkeeping.
 `config.vocab_size` may differ from the target's (embedding padding, e.g. Qwen2.5 7B vs 0.5B):
-draft logits are cut or padded with -inf to the target's vocabulary.
+draft logits are cut or padded with -inf to the target's vocabulary. A draft with a shorter
+position limit than the target's (GPT-2's learned `n_positions`, a smaller `max_position_embeddings`)
+drafts only what fits below its limit, then proposes nothing: the target decodes plainly from there.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterResources
-from engine.kv import Forward, crop_cache, new_cache
+from engine.kv import Forward, crop_cache, new_cache, position_limit
 from engine.sampling import effective_probs, sample
 
 
@@ -51,6 +53,7 @@ class DraftModelDrafter:
         # stand-in token. Its drafts only get worse there: the target still verifies every token.
         self._stand_in = next(iter(sorted(resources.draft.eos_token_ids)), 0)
         self._cache = new_cache(resources.draft.model)
+        self._limit = position_limit(resources.draft.model)  # None: no known limit
         self._cached: list[int] = []  # tokens whose KV the draft cache holds
         self._verified = 0  # _cached[:_verified] is known to equal the session history
 
@@ -67,13 +70,25 @@ class DraftModelDrafter:
         del self._cached[c:]
         self._verified = c
 
+    def room(self, history_length: int) -> int | None:
+        """Draft tokens that fit below the draft's position limit after `history_length` tokens (None: no limit)."""
+        if self._limit is None:
+            return None
+        # Drafting k tokens feeds positions up to history_length + k - 2 (the last draft token is
+        # never fed), and the largest position the draft can embed is limit - 1.
+        return max(0, self._limit - history_length + 1)
+
     def propose(self, ctx: DraftContext) -> Draft:
         """Draft up to ctx.max_tokens tokens; stop when the draft's top probability < ctx.confidence."""
+        room = self.room(len(ctx.history))
+        if room == 0:  # past the draft's limit: an empty draft makes this a plain decoding step
+            return Draft(limited=True)
+        max_tokens = ctx.max_tokens if room is None else min(ctx.max_tokens, room)
         self._sync(ctx.history)
         feed = ctx.history[len(self._cached) :]
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
-        for i in range(ctx.max_tokens):
+        for i in range(max_tokens):
             ids = [t if t < self._draft_vocab else self._stand_in for t in feed]
             logits, _ = self._forward(self._cache, ids)
             self._cached.extend(feed)
@@ -93,7 +108,7 @@ class DraftModelDrafter:
                 probs.append(q)
             tokens.append(tok)
             feed = [tok]
-            if i + 1 == ctx.max_tokens:
+            if i + 1 == max_tokens:
                 break
         stacked = torch.stack(probs) if probs else None  # [n, V_target] when sampling
         return Draft(tokens=tokens, probs=stacked, sources=[self.name] * len(tokens))

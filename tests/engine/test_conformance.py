@@ -3,6 +3,8 @@
 Greedy speculative output equals plain greedy output token for token (gamma 1..6, forced stop
 token, max-token edge); after every generation the target KV equals a fresh recomputation of the
 history; the statistics identities hold exactly. float64 models rule out last-bit argmax ties.
+Sliding-window targets (Mistral: every layer; Gemma 3: alternating with full layers) have a window
+of 8, shorter than every prompt, so every rollback happens past the window.
 """
 
 from __future__ import annotations
@@ -11,11 +13,21 @@ import pytest
 import torch
 
 from engine.engine import Engine, EngineConfig
-from engine.kv import Forward, kv_tensors, new_cache
+from engine.kv import Forward, SlidingGrowingLayer, kv_tensors, new_cache
+from engine.loading import LoadedModel
 from engine.stats import GenerationStats
-from engine.testing import perturbed_copy, random_model
+from engine.testing import SLIDING_WINDOW, perturbed_copy, random_model
 
-ARCHS = ["llama", "qwen2"]
+ARCHS = ["llama", "qwen2", "mistral", "gemma3"]
+DRAFT_LIMIT = 20  # position limit of the short-context draft: generations run well past it
+
+
+def short_context(draft: LoadedModel, limit: int) -> LoadedModel:
+    """`draft` with a smaller declared context limit (max_position_embeddings) than the target's."""
+    draft.model.config.max_position_embeddings = limit
+    return draft
+
+
 # name -> (drafter, how to build the draft model from the target or None)
 DRAFTER_CASES = {
     "none": ("none", None),
@@ -23,6 +35,10 @@ DRAFTER_CASES = {
     "suffix": ("suffix", None),
     "draft_model": ("draft_model", lambda t: perturbed_copy(t, noise=0.6, seed=3)),
     "draft_model_padded_vocab": ("draft_model", lambda t: perturbed_copy(t, noise=0.6, seed=4, vocab=128)),
+    "draft_model_short_context": (
+        "draft_model",
+        lambda t: short_context(perturbed_copy(t, noise=0.6, seed=5), DRAFT_LIMIT),
+    ),
 }
 MAX_NEW = 40
 # Repetitive prompts give lookup drafters something to match; random ones test the rest.
@@ -35,6 +51,10 @@ PROMPTS = [
 @pytest.fixture(scope="module", params=ARCHS)
 def target(request):
     return random_model(request.param, seed=7)
+
+
+def is_sliding(target) -> bool:
+    return getattr(target.model.config, "sliding_window", None) is not None
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +104,10 @@ def test_greedy_equals_plain(target, reference, case, gamma):
         assert_identities(result.stats)
         assert_kv_matches_fresh(target, session)
         assert not result.lossy
+        if case == "draft_model_short_context":
+            assert result.stats.draft_limit_steps > 0, "the draft's position limit was never reached"
+        else:
+            assert result.stats.draft_limit_steps == 0
 
 
 @pytest.mark.parametrize("case", list(DRAFTER_CASES))
@@ -132,3 +156,35 @@ def test_confidence_policy_stays_exact_and_stops_early(target, reference):
     assert result.tokens == reference[1]
     # A 0.99 threshold on a random draft stops most drafts before gamma tokens.
     assert result.stats.drafted < 6 * result.stats.target_forwards
+
+
+def uncached_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding by a full forward over the whole sequence at every step (no cache at all)."""
+    ids = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            ids.append(int(model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+def test_plain_decoding_equals_uncached_forwards(target, reference):
+    """The cache (sliding layers included) masks exactly as a fresh full forward: the reference is sound."""
+    for prompt, ref in zip(PROMPTS, reference, strict=True):
+        assert ref == uncached_greedy(target.model, prompt, MAX_NEW)
+
+
+def test_sliding_archs_really_slide(target, reference):
+    """Sliding layers get the croppable cache, and the window changes the output (so it is exercised)."""
+    if not is_sliding(target):
+        pytest.skip("full-attention architecture")
+    cache = new_cache(target.model)
+    sliding = [isinstance(layer, SlidingGrowingLayer) for layer in cache.layers]
+    assert any(sliding) and all(layer.sliding_window == SLIDING_WINDOW for layer in cache.layers if layer.is_sliding)
+    assert all(len(p) > SLIDING_WINDOW for p in PROMPTS)
+    config = target.model.config
+    config.sliding_window = 10_000  # the mask reads the window from the config at every forward
+    try:
+        unwindowed = uncached_greedy(target.model, PROMPTS[1], MAX_NEW)
+    finally:
+        config.sliding_window = SLIDING_WINDOW
+    assert unwindowed != reference[1], "a window of 8 made no difference: the test would prove nothing"

@@ -58,6 +58,34 @@ def test_diverging_prompt_crops_to_common_prefix(target):
     assert warm.tokens == engine.new_session().generate(edited, 10).tokens
 
 
+def uncached_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding by a full forward over the whole sequence at every step (no cache at all)."""
+    ids = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            ids.append(int(model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("arch", ["mistral", "gemma3", "gemma2", "qwen2_sliding"])
+@pytest.mark.parametrize("drafter", ["none", "ngram", "draft_model"])
+def test_diverging_turn_past_the_sliding_window_reuses_the_prefix(arch, drafter):
+    """A sliding-window cache crops back past its window on a diverging turn, and stays exact."""
+    target = random_model(arch, seed=5)  # window 8 (engine.testing.SLIDING_WINDOW)
+    draft = perturbed_copy(target, 0.5) if drafter == "draft_model" else None
+    engine = Engine(target, EngineConfig(drafter=drafter, gamma=3), draft=draft)
+    session = engine.new_session()
+    first = [3, 9, 27, 81, 3, 9, 27, 81, 5, 6, 7, 8, 5, 6, 7, 8, 12]
+    out = session.generate(first, 16).tokens
+    keep = len(first) + 10  # the edit lands 10 tokens into the reply, 19 past the window
+    edited = [*first, *out[:10], (out[10] + 1) % 96, 45, 46]
+    warm = session.generate(edited, 16)
+    assert warm.stats.reused_tokens == keep and warm.stats.prefilled_tokens == 3
+    assert session.kv_length == len(session.history) - 1
+    cold = engine.new_session().generate(edited, 16)
+    assert warm.tokens == cold.tokens == uncached_greedy(target.model, edited, 16)
+
+
 def test_totals_sum_turns(target):
     engine = Engine(target, EngineConfig(drafter="ngram"))
     session = engine.new_session()
