@@ -28,13 +28,13 @@ from rich.table import Table
 
 from agents.loop import STATUSES as AGENT_STATUSES
 from runners.config import baseline_config, check_config, register_configs
-from runners.interrupt import GracefulStop, Interrupted, until_stopped
+from runners.interrupt import GracefulStop, Interrupted
 from runners.outcomes import SideRun
-from runners.outputs import RAW, append_outcome, dumps_strict, write_atomic, write_raw
+from runners.outputs import RAW, dumps_strict, write_atomic, write_raw
 from runners.provenance import provenance
-from runners.report import RunProgress, table_console
+from runners.report import table_console
 from runners.run import CONF_DIR, outcomes_in_order, prepare, run_command
-from runners.runfolder import plan
+from runners.runfolder import plan, record_until_stopped
 from runners.summary import side_summary
 from runners.tracking import make_tracker
 from tasks.schema import Instance
@@ -167,15 +167,8 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
         if finished:
             console.print(f"resuming: {len(finished)} of {total} task run(s) already finished, running the rest")
         outcomes = list(finished)
-        try:
-            with RunProgress(comparison.remaining(), cfg.run.progress, console) as progress:
-                for outcome in until_stopped(comparison, stop):
-                    assert outcome.baseline is not None  # measured here, never supplied
-                    append_outcome(out_dir, outcome)  # a killed run keeps it (run.resume=true)
-                    outcomes.append(outcome)
-                    progress.update(outcome)
-        except KeyboardInterrupt:
-            pass
+        record_until_stopped(comparison, stop, out_dir, outcomes, cfg.run.progress, console)
+        assert all(o.baseline is not None for o in outcomes)  # measured here, never supplied
         outcomes = outcomes_in_order(outcomes)
         runs: list[SideRun] = [o.baseline for o in outcomes if o.baseline is not None]
         partial = len(outcomes) < total

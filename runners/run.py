@@ -30,14 +30,14 @@ from engine.loading import ModelNotFoundError
 from runners.compare import Comparison
 from runners.config import GIB, check_config, register_configs
 from runners.environment import make_environment
-from runners.interrupt import GracefulStop, Interrupted, until_stopped
+from runners.interrupt import GracefulStop, Interrupted
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
-from runners.outputs import append_outcome, write_outputs
+from runners.outputs import write_outputs
 from runners.plots import save_plots
 from runners.provenance import provenance
-from runners.report import RunProgress, summary_table, table_console
-from runners.runfolder import plan
+from runners.report import summary_table, table_console
+from runners.runfolder import plan, record_until_stopped
 from runners.summary import summarize
 from runners.tracking import make_tracker
 from tasks.schema import Instance
@@ -159,14 +159,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         )
         if outcomes:
             console.print(f"resuming: {len(outcomes)} of {total} task run(s) already finished, running the rest")
-        try:
-            with RunProgress(comparison.remaining(), cfg.run.progress, console) as progress:
-                for outcome in until_stopped(comparison, stop):
-                    append_outcome(out_dir, outcome)  # a killed run keeps it (run.resume=true)
-                    outcomes.append(outcome)
-                    progress.update(outcome)
-        except KeyboardInterrupt:
-            pass
+        record_until_stopped(comparison, stop, out_dir, outcomes, cfg.run.progress, console)
         partial = len(outcomes) < total
         status = "KILLED" if partial else "FINISHED"
         if partial:

@@ -24,9 +24,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from runners.interrupt import GracefulStop, until_stopped
 from runners.outcomes import SideRun, TaskOutcome
-from runners.outputs import PER_TASK, RAW, SUMMARY, read_raw_rows, write_atomic, write_raw
+from runners.outputs import PER_TASK, RAW, SUMMARY, append_outcome, read_raw_rows, write_atomic, write_raw
 from runners.plots import ACCEPTANCE_PNG, TASK_TIMES_PNG
+from runners.report import RunProgress
 from tasks.schema import Instance
 
 EVAL = "eval.json"
@@ -206,3 +208,21 @@ def save_config(out_dir: Path, cfg: DictConfig) -> None:
     if HydraConfig.initialized():
         overrides = list(HydraConfig.get().overrides.task)
         write_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(overrides)))
+
+
+def record_until_stopped(
+    comparison: Any, stop: GracefulStop, out_dir: Path, outcomes: list[TaskOutcome], progress: bool, console: Any
+) -> None:
+    """Run the comparison's remaining task runs, appending each to `outcomes` and the run folder as it finishes.
+
+    Stops after the task in flight at the first signal and at once at the second (KeyboardInterrupt,
+    swallowed here): what finished is in `outcomes` either way.
+    """
+    try:
+        with RunProgress(comparison.remaining(), progress, console) as bar:
+            for outcome in until_stopped(comparison, stop):
+                append_outcome(out_dir, outcome)  # a killed run keeps it (run.resume=true)
+                outcomes.append(outcome)
+                bar.update(outcome)
+    except KeyboardInterrupt:
+        pass

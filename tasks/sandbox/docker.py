@@ -61,7 +61,7 @@ from tasks.sandbox.local import (  # git settings, environments and output norma
     git_env,
     normalize_output,
 )
-from tasks.sandbox.owner import is_alive, owner_token
+from tasks.sandbox.owner import is_alive, owner_token, reap_stale_dirs
 from tasks.sandbox.task_python import task_python
 
 DEFAULT_IMAGE = DEFAULT_TAG
@@ -589,14 +589,18 @@ class DockerSandbox:
 
 
 _REAPED: set[str] = set()
+_REAPED_DIRS: list[bool] = []
 
 
 def _reap_once(client: Any) -> list[str]:
-    """Remove, once per process and daemon, spectune containers whose owner process on this host is dead."""
+    """Remove, once per process and daemon, spectune containers (and temp folders) whose owner process is dead."""
     key = str(client.api.base_url)
     if key in _REAPED:
         return []
     _REAPED.add(key)
+    if not _REAPED_DIRS:  # the runner's own temp folders (workspaces, evaluations) of dead owners
+        _REAPED_DIRS.append(True)
+        reap_stale_dirs()
     return reap_stale_containers(client)
 
 
