@@ -42,6 +42,9 @@ def make_environment(
 ) -> TaskEnvironment:
     """The environment of a suite; swe-bench-lite agent workspaces need per-instance docker images."""
     options = dict(sandbox_options or {})
+    make_sandbox(
+        sandbox, **options
+    ).close()  # bad options and a missing docker daemon fail here, before any model loads
     if suite == "swe-lite":
         from tasks.swelite.projects import materialize
 

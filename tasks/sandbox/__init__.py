@@ -24,14 +24,26 @@ def make_sandbox(name: str, **options: Any) -> Sandbox:
         module_name, class_name = SANDBOXES[name]
     except KeyError:
         raise ValueError(f"unknown sandbox {name!r}; choose one of: {', '.join(sorted(SANDBOXES))}") from None
-    module = import_module(module_name)
-    cls = getattr(module, class_name, None)
-    if cls is None:  # tolerate another class name: the class whose `name` is the sandbox's name
-        found = [v for v in vars(module).values() if isinstance(v, type) and getattr(v, "name", None) == name]
-        if len(found) != 1:
-            raise SandboxError(f"{module_name} defines no {class_name} (nor one class with name = {name!r})")
-        cls = found[0]
+    cls = getattr(import_module(module_name), class_name)
+    allowed = _option_names(cls)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(f"unknown {name} sandbox option(s) {unknown}; allowed: {', '.join(sorted(allowed))}")
     return cls(**options)
+
+
+def _option_names(cls: type) -> set[str]:
+    """Keyword options a sandbox class takes (its own and, for the local sandbox, every `Limits` field)."""
+    import dataclasses
+    import inspect
+
+    from tasks.sandbox.limits import Limits
+
+    params = inspect.signature(cls).parameters
+    names = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        names |= {f.name for f in dataclasses.fields(Limits)}
+    return names
 
 
 __all__ = [

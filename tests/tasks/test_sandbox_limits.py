@@ -218,3 +218,9 @@ def test_a_runner_killed_with_sigkill_leaves_nothing_after_the_next_start(kind, 
         finally:
             client.close()
         assert [o for o in owners if o.split(":", 1)[1].startswith(token)] == []
+
+
+@pytest.mark.parametrize("kind", SANDBOX_KINDS)
+def test_an_unknown_option_names_the_allowed_ones_before_anything_starts(kind):
+    with pytest.raises(ValueError, match=r"unknown .* option\(s\) \['bogus'\]; allowed: .*workspace_size"):
+        make_sandbox(kind, bogus=1)
