@@ -33,6 +33,7 @@ SIDE_KEYS = (
     "prompt_tokens",
     "reused_tokens",
     "prefilled_tokens",
+    "draft_limit_steps",
     "peak_memory_bytes",
     "context_exceeded",
     "max_context_tokens",
@@ -95,6 +96,7 @@ def side_summary(runs: list[SideRun], repeats: int, unsupported: str | None = No
         "prompt_tokens": stats.prompt_tokens,
         "reused_tokens": stats.reused_tokens,
         "prefilled_tokens": stats.prefilled_tokens,
+        "draft_limit_steps": stats.draft_limit_steps,  # steps not drafted: the draft model's context was full
         "peak_memory_bytes": stats.peak_memory_bytes,
         "context_exceeded": statuses.get("context_exceeded", 0),
         "max_context_tokens": max(r.max_context_tokens for r in runs),

@@ -69,6 +69,7 @@ def test_summary_file_has_every_key_with_sane_values(ngram_run):
         assert 0.0 <= s["success_rate"] <= 1.0 and 0.0 <= s["acceptance_rate"] <= 1.0
         assert s["reused_tokens"] + s["prefilled_tokens"] == s["prompt_tokens"] > 0
         assert s["reused_tokens"] > 0  # later turns reuse the history's KV
+        assert s["draft_limit_steps"] == 0  # only a draft model has a context of its own to fill
         assert s["agent_time_s"] > 0 and s["peak_memory_bytes"] > 0 and s["max_context_tokens"] > 0
         assert len(s["seconds_per_success_repeats"]) == 1
     assert summary["lossy"] is False and summary["repeats"] == 1
