@@ -3,16 +3,20 @@
 What it protects against -- accidents and careless or greedy code, which is what a coding agent
 produces: runaway processes and fork loops (a pids cgroup and RLIMIT_NPROC cap the number of
 processes; the whole tree, including processes that `setsid` or double-fork, dies at the timeout and
-whenever the command ends, because it lives in its own PID namespace); memory and disk hogs
-(RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_NOFILE, size-capped tmpfs); output floods (only the
+whenever the command ends, because it lives in its own PID namespace, and when the runner dies,
+even by SIGKILL, through a parent-death signal on unshare); memory and disk hogs (a memory cgroup
+caps the whole command tree, the workspace is a size-capped tmpfs, RLIMIT_AS, RLIMIT_FSIZE,
+RLIMIT_CPU, RLIMIT_NOFILE, size-capped private tmpfs); output floods (only the
 first and last halves of DEFAULT_OUTPUT_LIMIT bytes are kept, the pipe is always drained); writes
 outside the workspace (commands run as an unprivileged user with no capabilities and
 no_new_privs, the root filesystem is remounted read-only in a private mount namespace, and
-/tmp, /var/tmp, /dev/shm and /run/lock are fresh private tmpfs that vanish with the command);
+/tmp, /var/tmp, /dev/shm and /run are fresh private tmpfs that vanish with the command, so host
+service sockets under /run are out of reach);
 network access (a fresh network namespace with only its own loopback: no route to the host's
 127.0.0.1 or anywhere else); and secret leakage (the environment is rebuilt from a fixed list, no
 variable of the caller passes through; the project tree, root's home and anything else not
-readable by the unprivileged user are hidden or unreadable).
+readable by the unprivileged user are hidden or unreadable; `python` is the task environment of
+tasks/sandbox/task_python.py, not the runner's venv).
 
 What it does NOT protect against: a determined attacker. It shares the host kernel, so a kernel
 exploit escapes it; host files readable by `nobody` (most of /usr, /etc) stay readable; the CPU
@@ -21,8 +25,8 @@ of the unprivileged user on the machine. It is not a security boundary -- use a 
 
 How a command runs (`isolation="namespaces"`, chosen automatically when the caller is root):
 
-    unshare --mount --pid --fork --kill-child --net --uts --ipc --mount-proc   (as root)
-      bash (PID 1 of the new PID namespace, root inside it): joins the per-command pids cgroup,
+    setpriv --pdeathsig KILL unshare --mount --pid --fork --kill-child --net --uts --ipc --mount-proc
+      bash (PID 1 of the new PID namespace, root inside it): joins the per-command pids and memory cgroups,
         bind-mounts the host temp dir onto /workspace, hides masked paths, mounts the tmpfs,
         remounts / read-only, brings up the private loopback, sets the hostname "sandbox", then
         prlimit ... -- setpriv --reuid=nobody ... --no-new-privs --bounding-set=-all
@@ -40,7 +44,9 @@ Observations are deterministic: the workspace is always at /workspace, /tmp is e
 hostname fixed at every command, PYTHONHASHSEED=0, no pytest cache, and pytest's session timing is
 stripped from its summary line (`normalize_output`). The baseline and `diff()` live in a git
 directory outside the workspace that the command cannot touch (the workspace also gets its own
-`.git` with the same baseline commit, for the agent's `git diff`/`git status`).
+`.git` with the same baseline commit, for the agent's `git diff`/`git status`). The host temp dir
+and the cgroups carry the runner's owner token (tasks/sandbox/owner.py): those of a runner that died
+are removed by the next sandbox made.
 """
 
 from __future__ import annotations
