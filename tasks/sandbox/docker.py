@@ -5,14 +5,16 @@ build-image`): no network (`network_mode="none"`: not even the host's 127.0.0.1)
 (no swap), CPUs and processes (`pids_limit`), a read-only root filesystem with a private tmpfs at
 /tmp, no capabilities, no privilege gain, docker-init reaping orphans and a long-lived
 `sleep infinity` as the main process. `start(source)` copies `source` (without .git) into
-/workspace, an anonymous volume owned by the sandbox user (65534), and commits a baseline with
+/workspace, an anonymous volume owned by the sandbox user (65534; a tmpfs of `workspace_size`, so
+a command cannot fill the host's disk), and commits a baseline with
 fixed names and dates twice: in /workspace/.git for the agent, and in a root-only tmpfs
 (/run/spectune) for `diff()`, out of the agent's reach. Every `run` is a `docker exec` of
 `bash -c` as the sandbox user in /workspace, under the same `prlimit` limits as the local sandbox.
 
-Observations are byte-for-byte those of the local sandbox: the host's Python installation
-(`sys.base_prefix`, and the virtual environment at `sys.prefix`) is bind-mounted read-only at the
-same paths, so `python -m pytest` inside is the host's interpreter with the host's packages, on a
+Observations are byte-for-byte those of the local sandbox: the host's base Python installation and
+the task environment (tasks/sandbox/task_python.py; `python_env="runner"`: the running venv) are
+bind-mounted read-only at the same paths, so `python -m pytest` inside is the host's interpreter
+with the same packages as in the local sandbox, on a
 Debian bookworm image (the host's OS, so the interpreter's shared libraries are there); the
 environment is a fixed list (`sandbox_env`), nothing inherited; stdout and stderr share one pipe;
 pytest's session timing is stripped from its summary lines (`normalize_output`); git runs with the
@@ -25,6 +27,8 @@ A command's process tree dies with it: `timeout --kill-after` ends the command a
 then the wrapper kills every process of the sandbox user (`kill -KILL -1`), which also takes
 `setsid` grandchildren and background jobs; a client-side deadline repeats the kill from a second
 exec as a backstop, and restarts the container as a last resort (the workspace volume survives).
+Containers are labelled with their runner's owner token; the first sandbox a process makes removes
+the containers (and temp folders) of runners that died without closing theirs.
 """
 
 from __future__ import annotations
