@@ -145,9 +145,11 @@ def evaluation_command(test_ids: list[str], marker: str) -> str:
 
 
 def _junit_address(node_id: str) -> tuple[str, str]:
-    """(classname, name) that pytest's JUnit XML gives the test `node_id` (its `mangle_test_address`)."""
-    path, _, rest = node_id.partition("::")
-    names = [*path.removesuffix(".py").replace("/", ".").split("."), *rest.split("::")] if rest else [path]
+    """(classname, name) that pytest's JUnit XML gives the test `node_id` (as its `mangle_test_address`)."""
+    path, bracket, params = node_id.partition("[")  # parameters may hold "::" or "/": kept whole
+    names = path.split("::")
+    names[0] = names[0].replace("/", ".").removesuffix(".py")
+    names[-1] += bracket + params
     return ".".join(names[:-1]), names[-1]
 
 

@@ -181,6 +181,14 @@ def test_planted_runner_replacements_do_not_change_the_outcome(kind, instance, t
     assert "PASSED" in result.output  # the forged lines were printed, and decided nothing
 
 
+def test_junit_addresses_follow_pytests_mangling():
+    from tasks.evaluation import _junit_address
+
+    assert _junit_address("tests/test_ok.py::test_p[a/b::c]") == ("tests.test_ok", "test_p[a/b::c]")
+    assert _junit_address("tests/test_a.py::TestK::test_two[1]") == ("tests.test_a.TestK", "test_two[1]")
+    assert _junit_address("tests/test_bad.py") == ("", "tests.test_bad")  # a collection error
+
+
 def test_report_must_agree_with_the_exit_status_and_list_every_test():
     ids = ["tests/test_a.py::test_one", "tests/test_a.py::TestK::test_two[1]"]
     import base64
