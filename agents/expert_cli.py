@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.episode import run_episode
 from agents.expert import ExpertModel
-from agents.loop import AgentConfig, AgentResult, run_agent
-from tasks.evaluation import EvaluationResult, evaluate
+from agents.loop import AgentConfig, AgentResult
+from tasks.environment import TaskEnvironment, materializer
+from tasks.evaluation import EvaluationResult
 from tasks.sandbox import SANDBOXES, Sandbox, make_sandbox
-from tasks.sandbox.owner import owned_tempdir
 from tasks.schema import Instance
 
 TOKENIZER_VOCAB = 512  # the tiny tokenizer used when none is given: replies only need consistent ids
@@ -54,15 +55,6 @@ class ExpertOutcome:
         }
 
 
-def materializer(suite: str) -> Callable[[Instance, Path], Path]:
-    """The function that builds a task's starting workspace for `suite`."""
-    if suite == "swe-lite":
-        from tasks.swelite.projects import materialize
-
-        return materialize
-    raise ValueError(f"the expert CLI can materialise only swe-lite workspaces, not {suite!r}")
-
-
 def run_expert(
     instances: Iterable[Instance],
     tokenizer: Any,
@@ -76,19 +68,13 @@ def run_expert(
 
     `make_model(instance, tokenizer)` builds each instance's expert (a subclass may record what it sees).
     """
+    environment = TaskEnvironment("expert", materialize=materialize, sandbox_factory=sandbox_factory)
     for instance in instances:
         model = make_model(instance, tokenizer)
         trajectory = trajectory_dir / f"{instance.instance_id}.json" if trajectory_dir is not None else None
-        with owned_tempdir("expert-") as tmp:
-            workspace = materialize(instance, Path(tmp) / "workspace")
-            sandbox = sandbox_factory()
-            try:
-                sandbox.start(workspace)
-                result = run_agent(instance, model, sandbox, tokenizer, config, trajectory_path=trajectory)
-            finally:
-                sandbox.close()
-        verdict = evaluate(instance, result.patch, materialize, sandbox_factory)
-        yield ExpertOutcome(instance, result, verdict)
+        episode = run_episode(instance, model, environment, tokenizer, config, trajectory, grade_unsubmitted=True)
+        assert episode.evaluation is not None
+        yield ExpertOutcome(instance, episode.agent, episode.evaluation)
 
 
 def _rate(done: list[bool]) -> str:

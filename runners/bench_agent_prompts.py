@@ -40,7 +40,8 @@ class _RecordingExpert(ExpertModel):
 
 def agent_prompts(tokenizer: Any, split: str = "test", count: int = 4) -> list[AgentPrompt]:
     """`count` swe-lite instances spread over `split`: the prompt before each one's longest expert reply."""
-    from agents.expert_cli import materializer, run_expert
+    from agents.expert_cli import run_expert
+    from tasks.environment import materializer
     from tasks.sandbox import make_sandbox
     from tasks.suites import load_suite
 

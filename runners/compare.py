@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.engine_model import EngineModel
-from agents.loop import AgentConfig, run_agent
+from agents.episode import run_episode
+from agents.loop import AgentConfig
 from engine.engine import Engine, EngineConfig
 from engine.stats import GenerationStats
 from runners.config import baseline_config
-from runners.environment import TaskEnvironment
 from runners.models import Models
 from runners.outcomes import SideRun, TaskOutcome
-from tasks.sandbox.owner import owned_tempdir
+from tasks.environment import TaskEnvironment
 from tasks.schema import Instance
 
 REPEAT_SEED_STRIDE = 1_000_003  # sampled runs get a different seed per repeat, the same for both sides
@@ -139,17 +139,10 @@ class Comparison:
         tokenizer = self.models.target.tokenizer
         model = EngineModel(engine, tokenizer, self.model_name, seed=seed)
         trajectory = self.out_dir / "trajectories" / side / f"r{repeat}" / f"{instance.instance_id}.json"
-        with owned_tempdir("task-") as tmp:
-            workspace = self.environment.workspace(instance, Path(tmp) / "workspace")
-            sandbox = self.environment.new_sandbox()
-            try:
-                sandbox.start(workspace)
-                result = run_agent(instance, model, sandbox, tokenizer, self.agent, trajectory)
-            finally:
-                sandbox.close()
-        # Only a submitted diff is a completed task; an unfinished one is not graded (saves a test run).
-        if result.status == "submitted":
-            evaluation = self.environment.evaluate(instance, result.patch)
+        episode = run_episode(instance, model, self.environment, tokenizer, self.agent, trajectory)
+        result = episode.agent
+        if episode.evaluation is not None:
+            evaluation = episode.evaluation
             evaluation_status, evaluation_s, success = evaluation.status, evaluation.duration_s, evaluation.resolved
         else:
             evaluation_status, evaluation_s, success = "not_submitted", 0.0, False

@@ -29,7 +29,6 @@ from engine.engine import EngineConfig
 from engine.loading import ModelNotFoundError
 from runners.compare import Comparison
 from runners.config import GIB, check_config, register_configs
-from runners.environment import make_environment
 from runners.interrupt import GracefulStop, Interrupted
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
@@ -40,6 +39,7 @@ from runners.report import summary_table, table_console
 from runners.runfolder import plan, record_until_stopped
 from runners.summary import summarize
 from runners.tracking import make_tracker
+from tasks.environment import make_environment
 from tasks.schema import Instance
 from tasks.suites import SuiteUnavailableError, load_suite
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.expert_cli import TOKENIZER_VOCAB, materializer, run_expert
+from agents.expert_cli import TOKENIZER_VOCAB, run_expert
 from agents.loop import AgentConfig
+from tasks.environment import materializer
 from tasks.sandbox import make_sandbox
 from tasks.suites import load_suite
 

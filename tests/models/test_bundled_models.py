@@ -10,8 +10,8 @@ from agents.loop import AgentConfig
 from engine.engine import EngineConfig
 from runners.compare import Baseline, Comparison
 from runners.config import AgentConf
-from runners.environment import make_environment
 from runners.models import PROJECT_ROOT, load_models
+from tasks.environment import make_environment
 from tasks.suites import load_suite
 
 BUNDLE = PROJECT_ROOT / "models" / "spectune-tiny"

@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from engine.tiny import make_tiny_model
 from runners.compare import Baseline, Comparison
 from runners.config import register_configs
-from runners.environment import make_environment
 from runners.models import load_models
 from runners.run import agent_config, execute
 from runners.summary import SIDE_KEYS
+from tasks.environment import make_environment
 from tasks.suites import load_suite
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")

@@ -21,9 +21,12 @@ class TaskEnvironment:
     sandbox_options: dict[str, Any] = field(default_factory=dict)
     materialize: Callable[[Instance, Path], Path] | None = None  # builds a task's starting workspace
     evaluation_timeout_s: float = 300.0
+    sandbox_factory: Callable[[], Sandbox] | None = None  # overrides `sandbox` + `sandbox_options` (tests, tools)
 
     def new_sandbox(self) -> Sandbox:
         """A fresh, not yet started sandbox."""
+        if self.sandbox_factory is not None:
+            return self.sandbox_factory()
         return make_sandbox(self.sandbox, **self.sandbox_options)
 
     def workspace(self, instance: Instance, dest: Path) -> Path:
@@ -37,18 +40,12 @@ class TaskEnvironment:
         return evaluate(instance, patch, self.materialize, self.new_sandbox, timeout=self.evaluation_timeout_s)
 
 
-def make_environment(
-    suite: str, sandbox: str = "local", sandbox_options: dict[str, Any] | None = None
-) -> TaskEnvironment:
-    """The environment of a suite; swe-bench-lite agent workspaces need per-instance docker images."""
-    options = dict(sandbox_options or {})
-    make_sandbox(
-        sandbox, **options
-    ).close()  # bad options and a missing docker daemon fail here, before any model loads
+def materializer(suite: str) -> Callable[[Instance, Path], Path]:
+    """The function that builds a task's starting workspace for `suite` (swe-lite only, for now)."""
     if suite == "swe-lite":
         from tasks.swelite.projects import materialize
 
-        return TaskEnvironment(suite, sandbox, options, materialize)
+        return materialize
     if suite == "swe-bench-lite":
         raise ValueError(
             "task=swe-bench-lite: agent runs need each instance's repository at its base commit inside the "
@@ -56,3 +53,13 @@ def make_environment(
             "evaluation are: tasks/suites.py, tasks/swebench_eval.py). Use task=swe-lite for agent runs."
         )
     raise ValueError(f"unknown suite {suite!r}; choose one of: swe-lite, swe-bench-lite")
+
+
+def make_environment(
+    suite: str, sandbox: str = "local", sandbox_options: dict[str, Any] | None = None
+) -> TaskEnvironment:
+    """The environment of a suite; bad sandbox options and a missing docker daemon fail here, before models load."""
+    options = dict(sandbox_options or {})
+    materialize = materializer(suite)
+    make_sandbox(sandbox, **options).close()
+    return TaskEnvironment(suite, sandbox, options, materialize)
