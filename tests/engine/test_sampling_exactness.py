@@ -66,15 +66,8 @@ def p_value(engine: Engine, expected: torch.Tensor) -> float:
 
 
 def make(target, draft, drafter: str, params: SamplingParams, **kw) -> Engine:
-    config = EngineConfig(
-        drafter=drafter,
-        gamma=2,
-        temperature=params.temperature,
-        top_k=params.top_k,
-        top_p=params.top_p,
-        seed=1234,
-        **kw,
-    )
+    config = EngineConfig(drafter=drafter, gamma=2, temperature=params.temperature, top_k=params.top_k,
+                          top_p=params.top_p, seed=1234, **kw)
     return Engine(target, config, draft=draft if drafter == "draft_model" else None)
 
 
@@ -104,11 +97,8 @@ class NoResidualAcceptance(ExactAcceptance):
     def verify(self, target_logits, draft, draft_probs, params, generator) -> Verdict:
         n = len(draft)
         p = effective_probs(target_logits, params)
-        q = (
-            draft_probs
-            if draft_probs is not None
-            else torch.nn.functional.one_hot(torch.tensor(draft, dtype=torch.long), p.shape[-1]).to(p.dtype)
-        )
+        q = draft_probs if draft_probs is not None else torch.nn.functional.one_hot(
+            torch.tensor(draft, dtype=torch.long), p.shape[-1]).to(p.dtype)
         for i, x in enumerate(draft):
             if torch.rand((), generator=generator, dtype=p.dtype) * q[i, x] >= p[i, x]:
                 return Verdict(i, sample(p[i], generator))

@@ -104,9 +104,8 @@ def tiny_files(tmp_path_factory):
     """Target and a draft sharing its tokenizer with a padded, larger config.vocab_size."""
     root = tmp_path_factory.mktemp("tiny")
     tgt = make_tiny_model(root / "target", layers=2, hidden=64, vocab=512, seed=0, dtype="float64")
-    padded = make_tiny_model(
-        root / "draft_padded", layers=1, hidden=64, vocab=640, seed=1, tokenizer_from=tgt, dtype="float64"
-    )
+    padded = make_tiny_model(root / "draft_padded", layers=1, hidden=64, vocab=640, seed=1,
+                             tokenizer_from=tgt, dtype="float64")
     other = make_tiny_model(root / "other_tokenizer", layers=1, hidden=32, vocab=400, seed=2)
     return tgt, padded, other
 
@@ -210,32 +209,14 @@ def test_heuristic_gamma_policy():
 
 def test_cli_json_and_errors(tiny_files):
     tgt, padded, _ = tiny_files
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.generate",
-        "--model",
-        str(tgt),
-        "--draft",
-        str(padded),
-        "--drafter",
-        "draft_model",
-        "--gamma",
-        "3",
-        "--prompt",
-        "def f(x):",
-        "--max-new-tokens",
-        "8",
-        "--dtype",
-        "float64",
-        "--json",
-    ]
+    cmd = [sys.executable, "-m", "engine.generate", "--model", str(tgt), "--draft", str(padded),
+           "--drafter", "draft_model", "--gamma", "3", "--prompt", "def f(x):", "--max-new-tokens", "8",
+           "--dtype", "float64", "--json"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert set(out) >= {"text", "tokens", "stats", "lossy"} and out["lossy"] is False
     assert len(out["tokens"]) == out["stats"]["new_tokens"] <= 8
-    bad = subprocess.run(
-        [*cmd[:5], "--drafter", "nope", "--prompt", "x"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    bad = subprocess.run([*cmd[:5], "--drafter", "nope", "--prompt", "x"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
     assert bad.returncode == 2 and "unknown drafter 'nope'" in bad.stderr
