@@ -22,16 +22,10 @@ from safetensors.torch import load_file, save_file
 
 from engine.generate import main as generate_main
 from engine.loading import ModelFileError, load_model
-from engine.tiny import make_tiny_model
 from tasks.suites import SWE_LITE_DIR, SuiteFileError, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180  # seconds per command: each fails before any task runs
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)
 
 
 def _junk_config(folder: Path) -> None:

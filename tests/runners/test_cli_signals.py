@@ -18,16 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.tiny import make_tiny_model
-
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 240  # seconds until the first task is under way (imports and model loading included)
 END_TIMEOUT = 180  # seconds from the signal until the process has exited
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)
 
 
 def _start(module: str, tmp: Path, target: Path) -> subprocess.Popen:

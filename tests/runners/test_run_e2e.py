@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from engine.tiny import make_tiny_model
 from runners.compare import Baseline, Comparison
 from runners.config import register_configs
 from runners.models import load_models
@@ -22,11 +21,6 @@ from tasks.suites import load_suite
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 register_configs()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)
 
 
 def _cfg(tmp: Path, target: Path, *overrides: str):

@@ -17,7 +17,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from engine.loading import ModelFileError
-from engine.tiny import make_tiny_model
 from runners.compare import Comparison
 from runners.config import register_configs
 from runners.eval_model import evaluate_model
@@ -28,11 +27,6 @@ from runners.runfolder import RunFolderError
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 register_configs()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)
 
 
 def _cfg(root: Path, target: Path, *overrides: str):
