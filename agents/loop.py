@@ -37,11 +37,11 @@ STATUSES = ("submitted", "step_limit", "time_limit", "context_exceeded", "format
 class AgentConfig:
     """Limits of one task and how observations are cut."""
 
-    max_steps: int = 50  # model turns (format errors included)
-    max_wall_s: float = 1800.0  # seconds for the whole task, checked between steps
+    max_steps: int = 30  # model turns (format errors included)
+    max_wall_s: float = 600.0  # seconds for the whole task, checked between steps
     max_format_errors: int = 3  # consecutive turns without exactly one action that end the task
     max_context_tokens: int | None = None  # tokens of prompt + reply; None: the model's own limit
-    max_new_tokens: int = 1024  # tokens one reply may have
+    max_new_tokens: int = 512  # tokens one reply may have
     command_timeout_s: float = 60.0  # seconds one command (or edit) may run
     max_output_chars: int = 10_000  # observation output above this keeps its head and tail
     max_output_lines: int = 200  # observation output above this many lines keeps its head and tail

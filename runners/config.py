@@ -14,6 +14,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from agents.loop import AgentConfig
 from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
 from engine.engine import EngineConfig
@@ -32,6 +33,7 @@ class HardwareConf:
     bandwidth_gbs: float = 0.0  # memory bandwidth, GB/s (documentation for the speedup model)
     bf16_tflops: float = 0.0  # dense bf16 throughput, TFLOP/s
     device: str = "auto"  # torch device to measure on: auto | cpu | cuda | cuda:N
+    runtime_overhead_gib: float = 0.0  # memory the runtime holds besides weights, KV and workspace (CUDA context ...)
 
 
 @dataclass
@@ -56,36 +58,6 @@ class ModelConf:
     mtp: str | None = None  # MTP heads (later issues)
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16 | float64
     device: str | None = None  # overrides hardware.device when set
-
-
-@dataclass
-class EngineConf:
-    """The speculative configuration under test (the baseline is always drafter=none, same sampling)."""
-
-    drafter: str = "ngram"  # none | ngram | suffix | draft_model
-    gamma: int = 4  # draft tokens per step (start value for adaptive policies)
-    gamma_policy: str = "fixed"  # fixed | heuristic | confidence
-    max_gamma: int = 16  # upper bound of the heuristic policy
-    confidence: float = 0.4  # confidence policy threshold on the draft's top probability
-    acceptance: str = "exact"  # exact (lossless) | topk | threshold | typical (lossy)
-    options: dict[str, Any] = field(default_factory=dict)  # drafter/acceptance options, e.g. {ngram.max_ngram: 3}
-    temperature: float = 0.0  # 0 = greedy (the default measurement mode)
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1.0 = off
-
-
-@dataclass
-class AgentConf:
-    """Limits of one agent episode."""
-
-    max_steps: int = 30  # model turns per task
-    max_wall_s: float = 600.0  # wall-clock budget per task
-    max_format_errors: int = 3  # consecutive malformed turns before giving up
-    max_context_tokens: int | None = None  # null = the model's own context window
-    max_new_tokens: int = 512  # tokens per model turn
-    command_timeout_s: float = 60.0  # each shell command is killed after this
-    max_output_chars: int = 10_000  # a longer observation keeps its head and tail
-    max_output_lines: int = 200  # a longer observation keeps its head and tail
 
 
 @dataclass
@@ -127,8 +99,8 @@ class Config:
     hardware: HardwareConf = MISSING
     task: TaskConf = field(default_factory=TaskConf)
     model: ModelConf = field(default_factory=ModelConf)
-    engine: EngineConf = field(default_factory=EngineConf)
-    agent: AgentConf = field(default_factory=AgentConf)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # the engine's own schema: one place per knob
+    agent: AgentConfig = field(default_factory=AgentConfig)  # the agent's own schema
     sandbox: SandboxConf = field(default_factory=SandboxConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)
     run: RunConf = field(default_factory=RunConf)
@@ -151,21 +123,23 @@ def _choice(value: Any, allowed: tuple[str, ...] | list[str], key: str) -> None:
         raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
-def engine_config(conf: EngineConf, seed: int = 0) -> EngineConfig:
-    """The engine's own config from the Hydra node (the candidate, speculation ON)."""
-    return EngineConfig(
-        drafter=conf.drafter,
-        gamma=conf.gamma,
-        gamma_policy=conf.gamma_policy,
-        max_gamma=conf.max_gamma,
-        confidence=conf.confidence,
-        acceptance=conf.acceptance,
-        options=dict(conf.options),
-        temperature=conf.temperature,
-        top_k=conf.top_k,
-        top_p=conf.top_p,
-        seed=seed,
-    )
+def engine_config(conf: Any, seed: int | None = None) -> EngineConfig:
+    """The engine's own config from the Hydra `engine` node (the candidate, speculation ON).
+
+    The node's schema is `EngineConfig` itself, so this is a plain conversion; `seed` overrides the
+    node's (which defaults to `run.seed` in conf/config.yaml).
+    """
+    values = OmegaConf.to_container(conf, resolve=True) if isinstance(conf, DictConfig) else dict(vars(conf))
+    if seed is not None:
+        values["seed"] = seed
+    values["options"] = dict(values.get("options") or {})
+    return EngineConfig(**values)
+
+
+def agent_config(conf: Any) -> AgentConfig:
+    """The agent's limits from the Hydra `agent` node (its schema is `AgentConfig` itself)."""
+    values = OmegaConf.to_container(conf, resolve=True) if isinstance(conf, DictConfig) else dict(vars(conf))
+    return AgentConfig(**values)
 
 
 def baseline_config(candidate: EngineConfig) -> EngineConfig:
@@ -199,10 +173,8 @@ def check_config(cfg: Any) -> EngineConfig:
         raise ValueError(f"run.repeats must be >= 1, got {cfg.run.repeats}")
     if cfg.hardware.vram_gib <= 0:
         raise ValueError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
-    for key in ("max_steps", "max_new_tokens", "max_format_errors"):
-        if getattr(cfg.agent, key) < 1:
-            raise ValueError(f"agent.{key} must be >= 1, got {getattr(cfg.agent, key)}")
-    candidate = engine_config(cfg.engine, cfg.run.seed)
+    agent_config(cfg.agent)  # AgentConfig's own range checks
+    candidate = engine_config(cfg.engine)
     from engine.engine import Engine
 
     Engine.validate(candidate)  # option names and values, with the allowed ones in the message

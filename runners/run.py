@@ -24,11 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from rich.console import Console
 
-from agents.loop import AgentConfig
 from engine.engine import EngineConfig
 from engine.loading import ModelNotFoundError
 from runners.compare import Comparison
-from runners.config import GIB, check_config, register_configs
+from runners.config import GIB, agent_config, check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
@@ -44,21 +43,6 @@ from tasks.schema import Instance
 from tasks.suites import SuiteUnavailableError, load_suite
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
-def agent_config(cfg: DictConfig) -> AgentConfig:
-    """The agent's limits from the `agent` node."""
-    a = cfg.agent
-    return AgentConfig(
-        max_steps=a.max_steps,
-        max_wall_s=a.max_wall_s,
-        max_format_errors=a.max_format_errors,
-        max_context_tokens=a.max_context_tokens,
-        max_new_tokens=a.max_new_tokens,
-        command_timeout_s=a.command_timeout_s,
-        max_output_chars=a.max_output_chars,
-        max_output_lines=a.max_output_lines,
-    )
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -103,7 +87,7 @@ def prepare(
         candidate,
         instances,
         environment,
-        agent_config(cfg),
+        agent_config(cfg.agent),
         out_dir,
         repeats=cfg.run.repeats,
         warmup=cfg.run.warmup,

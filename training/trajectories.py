@@ -19,7 +19,7 @@ from tasks.sandbox import make_sandbox
 from tasks.suites import load_suite
 
 SPLITS = ("train", "dev", "test")
-# The runner's observation limits (runners/config.py AgentConf); a generous reply budget so no
+# The runner's observation limits (agents.loop.AgentConfig, the `agent` node); a generous reply budget so no
 # expert reply is cut short by the throwaway tokenizer used here (replies are text; ids come later).
 AGENT_CONFIG = AgentConfig(max_steps=30, max_new_tokens=8192, max_output_chars=10_000, max_output_lines=200)
 

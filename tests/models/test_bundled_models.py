@@ -9,7 +9,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agents.loop import AgentConfig
 from engine.engine import EngineConfig
 from runners.compare import Baseline, Comparison
-from runners.config import AgentConf
 from runners.models import PROJECT_ROOT, load_models
 from tasks.environment import make_environment
 from tasks.suites import load_suite
@@ -43,7 +42,7 @@ def test_tokenizer_round_trips_the_swelite_sources():
 def test_greedy_target_solves_an_instance_with_identical_tokens_under_speculation(tmp_path):
     models = load_models(str(TARGET), str(DRAFT), device="cpu", dtype="float32")
     instance = load_suite("swe-lite", "test")[SMOKE_INSTANCE]
-    defaults = AgentConf()
+    defaults = AgentConfig()  # the runner's defaults (the agent node's schema)
     agent = AgentConfig(max_steps=defaults.max_steps, max_new_tokens=defaults.max_new_tokens)
     env = make_environment("swe-lite")
     ngram = Comparison(models, EngineConfig(drafter="ngram"), [instance], env, agent, tmp_path / "ngram", warmup=False)

@@ -153,7 +153,7 @@ def test_library_reuses_a_measured_baseline_and_stops_when_closed(tiny_dir, tmp_
     models = load_models(str(tiny_dir), None)
     instances = load_suite("swe-lite", "dev", limit=2)
     env = make_environment("swe-lite")
-    first = Comparison(models, None, instances[:1], env, agent_config(cfg), tmp_path / "a", warmup=False)
+    first = Comparison(models, None, instances[:1], env, agent_config(cfg.agent), tmp_path / "a", warmup=False)
     outcomes = list(first)
     assert len(outcomes) == 1 and outcomes[0].candidate is None and outcomes[0].baseline is not None
     candidate = engine_config(OmegaConf.create({**OmegaConf.to_container(cfg.engine), "drafter": "suffix"}))
@@ -162,7 +162,7 @@ def test_library_reuses_a_measured_baseline_and_stops_when_closed(tiny_dir, tmp_
         candidate,
         instances,
         env,
-        agent_config(cfg),
+        agent_config(cfg.agent),
         tmp_path / "b",
         warmup=False,
         baseline=Baseline.from_outcomes(outcomes),
