@@ -1,0 +1,388 @@
+"""Tests for the memory model (engine.memory): counts against real models and caches, inversion, errors, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+from engine.engine import Engine, EngineConfig
+from engine.kv import kv_bytes, kv_tensors
+from engine.loading import load_model
+from engine.memory import (
+    DTYPE_BYTES,
+    GIB,
+    PARTS,
+    ModelShape,
+    dtype_bytes,
+    estimate_memory,
+    kv_bytes_for,
+    largest_context,
+    main,
+    model_shape,
+    safetensors_params,
+    workspace_bytes,
+)
+
+torch.set_num_threads(1)  # the test machine's cores are shared
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = REPO_ROOT / "models" / "spectune-tiny"
+TARGET, DRAFT = BUNDLE / "target", BUNDLE / "draft"
+PROMPT = [5, 17, 300, 42, 9, 1000, 77, 5, 17, 300]  # short, so the caches stay in their first reservation
+NEW = 40
+
+# Qwen2.5-Coder-7B(-Instruct) config.json, public values (q/k/v biases come with model_type qwen2).
+QWEN_CODER_7B = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "intermediate_size": 18944,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+}
+
+pytestmark = pytest.mark.skipif(not TARGET.is_dir(), reason="models/spectune-tiny is not built in this checkout")
+
+
+def unique_params(model: torch.nn.Module) -> int:
+    """Parameter count of a loaded model; .parameters() yields a tied (shared) tensor once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.fixture(scope="module")
+def shapes() -> dict[str, ModelShape]:
+    return {"target": model_shape(str(TARGET)), "draft": model_shape(str(DRAFT))}
+
+
+# ---- parameter counts and weight bytes ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["target", "draft"])
+def test_param_count_formula_equals_loaded_model_and_safetensors_header(which: str) -> None:
+    folder = BUNDLE / which
+    formula = ModelShape.from_config(json.loads((folder / "config.json").read_text())).params
+    header = sum(safetensors_params(folder / "model.safetensors").values())
+    real = unique_params(AutoModelForCausalLM.from_pretrained(folder))
+    assert formula == header == real == model_shape(str(folder)).params
+    assert model_shape(str(folder)).tied_embeddings  # the bundled pair ties its LM head to the embedding
+
+
+@pytest.mark.parametrize(
+    ("config_class", "extra"),
+    [
+        (LlamaConfig, {}),
+        (LlamaConfig, {"attention_bias": True, "mlp_bias": True, "head_dim": 24}),
+        (LlamaConfig, {"tie_word_embeddings": True}),
+        (MistralConfig, {}),
+        (Qwen2Config, {}),
+        (Qwen2Config, {"tie_word_embeddings": True, "num_key_value_heads": 1}),
+        (Qwen3Config, {"head_dim": 32}),
+        (Qwen3Config, {"head_dim": 16, "attention_bias": True}),
+    ],
+)
+def test_param_formula_matches_transformers_architectures(config_class: type, extra: dict) -> None:
+    config = config_class(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=extra.pop("num_key_value_heads", 2),
+        intermediate_size=96,
+        vocab_size=128,
+        **extra,
+    )
+    real = unique_params(AutoModelForCausalLM.from_config(config))  # random init: no weights needed
+    assert ModelShape.from_config(config.to_dict()).params == real
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("which", ["target", "draft"])
+def test_weight_bytes_equal_loaded_tensors(shapes: dict[str, ModelShape], which: str, dtype: str) -> None:
+    model = AutoModelForCausalLM.from_pretrained(BUNDLE / which, dtype=getattr(torch, dtype))
+    real = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert estimate_memory(shapes[which], dtype=dtype, context=0).target_weights == real
+
+
+def test_dtype_bytes_are_llama_cpp_block_sizes() -> None:
+    # ggml-common.h: block_q8_0 = fp16 scale + 32 int8; block_q4_0 = fp16 scale + 16 bytes of nibbles;
+    # block_q4_K = 2 fp16 + 12 scale bytes + 128 nibble bytes per 256; block_q6_K = 128 + 64 + 16 + 2 per 256.
+    assert DTYPE_BYTES["q8_0"] == 34 / 32 and DTYPE_BYTES["q4_0"] == 18 / 32
+    assert DTYPE_BYTES["q4_k"] == DTYPE_BYTES["q4_k_m"] == 4.5 / 8 and DTYPE_BYTES["q6_k"] == 6.5625 / 8
+    assert dtype_bytes("BF16") == dtype_bytes("bfloat16") == 2 and dtype_bytes("fp32") == 4
+    with pytest.raises(ValueError, match="unknown dtype 'int3'"):
+        dtype_bytes("int3")
+
+
+# ---- KV bytes against the engine's real caches ------------------------------------------------------
+
+
+def held_bytes(cache) -> int:
+    """Bytes of the storage behind every key/value tensor (what is allocated, reserve included)."""
+    return sum(t.untyped_storage().nbytes() for pair in kv_tensors(cache) for t in pair)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_kv_bytes_equal_engine_caches(shapes: dict[str, ModelShape], dtype: str) -> None:
+    target = load_model(str(TARGET), device="cpu", dtype=dtype)
+    draft = load_model(str(DRAFT), device="cpu", dtype=dtype)
+    engine = Engine(target, EngineConfig(drafter="draft_model", gamma=4), draft=draft)
+    session = engine.new_session()
+    result = session.generate(PROMPT, NEW, stop_tokens=frozenset())  # no early stop: a known length
+    assert result.stats.new_tokens == NEW and result.stats.drafted > 0
+    # The drafter keeps its own cache; engine/drafters/draft_model.py names it _cache.
+    for name, cache in (("target", session.cache), ("draft", session.drafter._cache)):
+        shape, length = shapes[name], cache.get_seq_length()
+        # The target holds the history but its last token; the draft syncs lazily, at its next proposal.
+        assert length == len(PROMPT) + NEW - 1 if name == "target" else length > len(PROMPT)
+        per_token = kv_bytes_for(shape, 1, dtype)
+        element = torch.empty(0, dtype=target.dtype).element_size()
+        assert per_token == shape.layers * shape.kv_heads * shape.head_dim * 2 * element
+        # The valid positions: exactly KV-per-token × the cache's length.
+        assert kv_bytes(cache) == kv_bytes_for(shape, length, dtype)
+        # What is allocated: GrowingLayer reserves whole positions ahead (at least 256), so the storage is
+        # the formula at the reserved length, never less than the valid part.
+        held = held_bytes(cache)
+        reserved, rest = divmod(held, per_token)
+        assert rest == 0 and reserved >= length
+        kv = estimate_memory(shapes["target"], dtype=dtype, context=reserved, gamma=4, draft=shapes["draft"])
+        assert (kv.target_kv if name == "target" else kv.draft_kv) == held
+
+
+def test_quantised_kv_dtype_scales_kv_only(shapes: dict[str, ModelShape]) -> None:
+    full = estimate_memory(shapes["target"], dtype="bfloat16", context=1024)
+    q8 = estimate_memory(shapes["target"], dtype="bfloat16", context=1024, kv_dtype="q8_0")
+    assert q8.target_kv == full.target_kv * 34 // 64 and q8.target_weights == full.target_weights
+
+
+# ---- a 7B target against an 8 GiB card ------------------------------------------------------------------
+
+
+def test_qwen_coder_7b_does_not_fit_8_gib_in_bfloat16() -> None:
+    shape = ModelShape.from_config(QWEN_CODER_7B)
+    assert shape.params == 7_615_616_512  # the published "7.61B"
+    assert (shape.kv_heads, shape.head_dim, shape.max_positions, shape.tied_embeddings) == (4, 128, 32768, False)
+    assert kv_bytes_for(shape, 1, "bfloat16") == 28 * 4 * 128 * 2 * 2  # 56 KiB per token
+    estimate = estimate_memory(shape, dtype="bfloat16", context=4096, gamma=4)
+    assert estimate.target_weights > 14 * GIB and estimate.total > 8 * GIB
+    assert largest_context(shape, 8 * GIB, dtype="bfloat16", gamma=4) == 0
+    # In llama.cpp's Q4_K the weights take ~4 GiB, leaving room for a long context on the same card.
+    fits = largest_context(shape, 8 * GIB, dtype="q4_k_m", kv_dtype="bfloat16", gamma=4, overhead_bytes=GIB // 2)
+    assert fits == 32768  # capped at max_position_embeddings
+
+
+# ---- inverting the estimate -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"dtype": "float32"},
+        {"dtype": "bfloat16", "gamma": 4, "with_draft": True},
+        {"dtype": "q4_k_m", "kv_dtype": "q8_0", "gamma": 7, "prefill_tokens": 3000, "overhead_bytes": 12345},
+        {"dtype": "float16", "gamma": 2, "with_draft": True, "draft_dtype": "float32", "drafter_weight_bytes": 999},
+    ],
+)
+@pytest.mark.parametrize("headroom", [1, 777_777, 9_000_001, 123_456_789])
+def test_largest_context_is_exact(shapes: dict[str, ModelShape], kwargs: dict, headroom: int) -> None:
+    kwargs = dict(kwargs)
+    unlimited = {name: dataclasses.replace(s, max_positions=None) for name, s in shapes.items()}
+    if kwargs.pop("with_draft", False):
+        kwargs["draft"] = unlimited["draft"]
+    target = unlimited["target"]
+    ceiling = estimate_memory(target, context=0, **kwargs).total + headroom
+    best = largest_context(target, ceiling, **kwargs)
+    assert estimate_memory(target, context=best, **kwargs).total <= ceiling
+    assert estimate_memory(target, context=best + 1, **kwargs).total > ceiling
+
+
+def test_largest_context_caps_and_floors(shapes: dict[str, ModelShape]) -> None:
+    target, draft = shapes["target"], shapes["draft"]
+    assert target.max_positions == draft.max_positions == 4096
+    assert largest_context(target, 64 * GIB, dtype="float32") == 4096
+    short = dataclasses.replace(draft, max_positions=1000)
+    assert largest_context(target, 64 * GIB, dtype="float32", gamma=3, draft=short) == 1000
+    weights = estimate_memory(target, dtype="float32", context=0).total
+    assert largest_context(target, weights - 1, dtype="float32") == 0  # not even the weights fit
+    with pytest.raises(TypeError, match="context"):
+        largest_context(target, GIB, dtype="float32", context=5)
+
+
+def test_workspace_grows_with_gamma_and_prefill(shapes: dict[str, ModelShape]) -> None:
+    target, draft = shapes["target"], shapes["draft"]
+    sizes = [workspace_bytes(target, dtype="bfloat16", context=2048, gamma=g, draft=draft) for g in range(6)]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    plain = workspace_bytes(target, dtype="bfloat16", context=2048, gamma=4)
+    assert workspace_bytes(target, dtype="bfloat16", context=2048, gamma=4, prefill_tokens=2048) > plain
+    # logits of k = gamma + 1 rows at least: model dtype + float32 copy + float32 probabilities
+    assert plain >= 5 * target.vocab * (2 + 4 + 4)
+
+
+def test_estimate_parts_total_and_description(shapes: dict[str, ModelShape]) -> None:
+    estimate = estimate_memory(
+        shapes["target"], dtype="bfloat16", context=4096, gamma=4, draft=shapes["draft"], overhead_bytes=GIB
+    )
+    as_dict = estimate.as_dict()
+    assert estimate.total == sum(as_dict[p] for p in PARTS) == as_dict["total"]
+    assert estimate.draft_kv == kv_bytes_for(shapes["draft"], 4096, "bfloat16") > 0
+    line = estimate.describe()
+    assert "\n" not in line and line.startswith("needs 1.0 GiB in bfloat16 (weights 0.0, KV 0.0 at 4096 tokens")
+    small = estimate_memory(shapes["target"], dtype="float32", context=100).describe()
+    assert small.startswith("needs 19.") and small.endswith("MiB)")  # MiB below 1 GiB
+    with pytest.raises(ValueError, match="context must be >= 0"):
+        estimate_memory(shapes["target"], dtype="float32", context=-1)
+
+
+# ---- files: errors and the hub cache -----------------------------------------------------------------------
+
+
+def _copy_config(folder: Path, text: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(text if text is not None else (TARGET / "config.json").read_text())
+    return folder
+
+
+def _one_line_naming(exc: pytest.ExceptionInfo, path: Path) -> None:
+    message = str(exc.value)
+    assert str(path) in message and "\n" not in message
+
+
+def test_errors_name_the_file(tmp_path: Path) -> None:
+    broken = _copy_config(tmp_path / "broken", '{"hidden_size": 64,')
+    with pytest.raises(ValueError, match="not valid JSON") as exc:
+        model_shape(str(broken))
+    _one_line_naming(exc, broken / "config.json")
+
+    config = json.loads((TARGET / "config.json").read_text())
+    del config["num_hidden_layers"]
+    lacking = _copy_config(tmp_path / "lacking", json.dumps(config))
+    with pytest.raises(ValueError, match="'num_hidden_layers' is missing") as exc:
+        model_shape(str(lacking))
+    _one_line_naming(exc, lacking / "config.json")
+
+    with pytest.raises(ValueError, match="not found") as exc:
+        model_shape(str(tmp_path / "absent"))
+    _one_line_naming(exc, tmp_path / "absent")
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not found") as exc:
+        model_shape(str(tmp_path / "empty"))
+    _one_line_naming(exc, tmp_path / "empty" / "config.json")
+
+    truncated = _copy_config(tmp_path / "truncated")
+    (truncated / "model.safetensors").write_bytes((TARGET / "model.safetensors").read_bytes()[:200])
+    with pytest.raises(ValueError, match="truncated") as exc:
+        model_shape(str(truncated))
+    _one_line_naming(exc, truncated / "model.safetensors")
+
+    sharded = _copy_config(tmp_path / "sharded")
+    index = sharded / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}}))
+    with pytest.raises(ValueError, match="lists the shard model-00001-of-00002") as exc:
+        model_shape(str(sharded))
+    _one_line_naming(exc, index)
+
+    other = _copy_config(tmp_path / "gemma", json.dumps({**config, "num_hidden_layers": 2, "model_type": "gemma"}))
+    with pytest.raises(ValueError, match="model_type 'gemma' has no parameter formula") as exc:
+        model_shape(str(other))
+    _one_line_naming(exc, other / "config.json")
+
+
+def test_unknown_architecture_counts_from_safetensors_header(tmp_path: Path) -> None:
+    config = {**json.loads((TARGET / "config.json").read_text()), "model_type": "somethingnew"}
+    folder = _copy_config(tmp_path / "new", json.dumps(config))
+    (folder / "model.safetensors").symlink_to(TARGET / "model.safetensors")
+    assert model_shape(str(folder)).params == model_shape(str(TARGET)).params
+
+
+def test_hub_cache_is_read_without_network(tmp_path: Path) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--spectune--tiny"
+    snapshot = _copy_config(repo / "snapshots" / commit)
+    (snapshot / "model.safetensors").symlink_to(TARGET / "model.safetensors")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    assert model_shape("spectune/tiny", cache_dir=tmp_path) == model_shape(str(TARGET))
+    with pytest.raises(ValueError, match="'spectune/absent' is not a local folder nor in the Hugging Face cache"):
+        model_shape("spectune/absent", cache_dir=tmp_path)
+
+
+# ---- the command line -----------------------------------------------------------------------------------------
+
+
+def test_cli_prints_breakdown_and_largest_context(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", str(TARGET), "--draft", str(DRAFT), "--dtype", "bfloat16", "--context", "8192", "--gamma", "4"]
+    assert main([*argv, "--ceiling-gib", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("needs ") and "target_kv" in out and "draft_weights" in out
+    assert "exceeds the models' position limit of 4096" in out
+    assert "largest context under 8 GiB: 4096 tokens" in out
+    assert main(["--model", str(TARGET), "--dtype", "float32", "--ceiling-gib", "0.02"]) == 0
+    tokens = int(capsys.readouterr().out.rsplit("GiB: ", 1)[1].split()[0])
+    assert tokens == largest_context(model_shape(str(TARGET)), int(0.02 * GIB), dtype="float32")
+
+
+def test_cli_module_errors_exit_2_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "engine.memory", "--model", str(tmp_path / "absent"), "--dtype", "bfloat16"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().count("\n") == 0 and str(tmp_path / "absent") in run.stderr
+
+
+# ---- CUDA: the estimate against the allocator -------------------------------------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to measure allocations")
+def test_estimate_bounds_cuda_peak(shapes: dict[str, ModelShape]) -> None:
+    device = torch.device("cuda")
+    gc.collect()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated(device)
+    target = load_model(str(TARGET), device="cuda", dtype="bfloat16")
+    draft = load_model(str(DRAFT), device="cuda", dtype="bfloat16")
+    weights = sum(p.numel() * p.element_size() for m in (target, draft) for p in m.model.parameters())
+    engine = Engine(target, EngineConfig(drafter="draft_model", gamma=4), draft=draft)
+    engine.generate(PROMPT, NEW, stop_tokens=frozenset())  # warm-up: cuBLAS workspaces etc. stay allocated
+    gc.collect()
+    runtime = torch.cuda.memory_allocated(device) - base - weights  # fixed overhead (rotary buffers, cuBLAS)
+    assert runtime >= 0
+    session = engine.new_session()
+    torch.cuda.reset_peak_memory_stats(device)
+    session.generate(PROMPT, NEW, stop_tokens=frozenset())
+    peak = torch.cuda.max_memory_allocated(device) - base
+    caches = {"target": session.cache, "draft": session.drafter._cache}  # the drafter's own cache
+    held = sum(held_bytes(c) for c in caches.values())
+    reserved = max(held_bytes(c) // kv_bytes_for(shapes[name], 1, "bfloat16") for name, c in caches.items())
+    estimate = estimate_memory(
+        shapes["target"],
+        dtype="bfloat16",
+        context=reserved,
+        gamma=4,
+        draft=shapes["draft"],
+        overhead_bytes=runtime,
+        prefill_tokens=len(PROMPT),
+    )
+    # Weights and reserved KV are what stays allocated between generations (the allocator only rounds up,
+    # to 512 bytes per block); whatever else the session keeps is small next to the workspace term.
+    steady = torch.cuda.memory_allocated(device) - base - runtime
+    assert 0 <= steady - (estimate.target_weights + estimate.draft_weights + held) <= estimate.workspace
+    assert estimate.target_kv + estimate.draft_kv >= held
+    # The measured peak stays within the estimate.
+    assert peak <= estimate.total
