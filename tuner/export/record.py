@@ -1,0 +1,70 @@
+"""What the exporters read (ExportRecord) and what they report back (Mapping rows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.acceptance import AcceptanceRule
+from engine.engine import Engine, EngineConfig
+
+EXACT, APPROXIMATE, NONE = "exact", "approximate", "none"  # how well one setting maps onto a server
+FITS = (EXACT, APPROXIMATE, NONE)
+
+
+@dataclass
+class ExportRecord:
+    """Everything the writers need about the best configuration and how it was measured."""
+
+    engine: EngineConfig  # the best configuration (speculation ON)
+    model_name: str  # the model profile's name (conf/model/<name>.yaml)
+    target: str  # target weights: a local folder or a hub id (servers need their own format, e.g. GGUF)
+    draft: str | None  # draft weights for drafter=draft_model, else None
+    hardware: str  # the hardware profile the tuner targeted (conf/hardware/<name>.yaml)
+    measured_on: str  # where timings were really taken: "cpu" | "cuda"
+    context: int  # largest context (tokens) that fits the VRAM ceiling; 0 = unknown -> server default
+    confirmed: dict[str, Any]  # confirmation numbers (tuner/confirm.py); {} or None values when not confirmed
+    cost_ratios: dict[str, Any] | None  # {"verify_over_step": R, "draft_over_verify": C} in spectune's engine
+    composed_config: dict[str, Any]  # the full Hydra config (plain dict) that `python -m runners.run` reruns
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """How one spectune setting carries over to one serving target."""
+
+    setting: str  # the spectune setting, e.g. "gamma=4" or "suffix.scope=engine"
+    target: str  # "llama-server" | "vLLM" | "SGLang"
+    fit: str  # exact | approximate | none
+    reason: str  # why, in one or two sentences
+
+    def __post_init__(self) -> None:
+        if self.fit not in FITS:
+            raise ValueError(f"fit must be one of {FITS}, got {self.fit!r}")
+
+
+def typed_options(engine: EngineConfig) -> tuple[Any, AcceptanceRule]:
+    """The drafter's options dataclass and the acceptance rule, defaults filled, as the engine sees them."""
+    # The engine's own validation routes and converts options, so exports read the values it ran with.
+    return Engine.validate(engine)
+
+
+def draft_length(engine: EngineConfig) -> int:
+    """The longest draft spectune asks for: gamma, or max_gamma when the heuristic policy may grow to it."""
+    return engine.max_gamma if engine.gamma_policy == "heuristic" else engine.gamma
+
+
+def gamma_rows(engine: EngineConfig, target: str, knob: str, offset: int = 0) -> list[Mapping]:
+    """The row for gamma and the draft-length policy on a server whose length knob is `knob` (= length + offset)."""
+    plus = f" + {offset}" if offset else ""
+    if engine.gamma_policy == "heuristic":
+        return [
+            Mapping(
+                f"gamma_policy=heuristic (gamma={engine.gamma}, max_gamma={engine.max_gamma})",
+                target,
+                APPROXIMATE,
+                f"{target} has no draft length that grows after a full accept and shrinks after a rejection: "
+                f"{knob} = the heuristic's ceiling max_gamma{plus} = {engine.max_gamma + offset}, so drafts there "
+                "can run longer than spectune's on stretches where it had shrunk them",
+            )
+        ]
+    return [Mapping(f"gamma={engine.gamma}", target, EXACT, f"{knob} = gamma{plus} = {engine.gamma + offset}")]

@@ -1,0 +1,230 @@
+"""`sglang.args`: the configuration as SGLang 0.5.23 speculative server flags, one flag per line.
+
+Every flag is a speculative argument of the pinned key set (tuner/export/reference/); semantics from the
+help texts there: --speculative-algorithm builtins EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK,
+UNO; --speculative-num-draft-tokens is the verify window, draft tokens + 1 (as the DSPARK help states it);
+--speculative-accept-threshold-single accepts a draft token whose target probability exceeds it. From
+SGLang's documentation: NGRAM builds a trie over prompts and outputs of all requests (capacity
+--speculative-ngram-capacity), BFS expands by recency and PROB by frequency, max-trie-depth bounds the suffix
+stored and matched, BFS breadth 1 keeps one chain; NGRAM runs on CUDA only; STANDALONE drafts with a separate
+small model. Server arguments that are not speculative (--model-path, --context-length,
+--max-running-requests) go on the command line in the header comment, not in the flag lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.acceptance import AcceptanceRule
+from engine.drafters.ngram import NgramOptions
+from engine.drafters.suffix import SuffixOptions
+from engine.engine import EngineConfig
+from runners.outputs import write_atomic
+from tuner.export.record import (
+    APPROXIMATE,
+    EXACT,
+    NONE,
+    ExportRecord,
+    Mapping,
+    draft_length,
+    gamma_rows,
+    typed_options,
+)
+
+FILE = "sglang.args"
+TARGET = "SGLang"
+VERSION = "SGLang 0.5.23"
+Flag = tuple[str, str | None]
+
+
+def _row(setting: str, fit: str, reason: str) -> Mapping:
+    return Mapping(setting, TARGET, fit, reason)
+
+
+def _ngram_trie(engine: EngineConfig, o: NgramOptions | SuffixOptions, match_type: str) -> list[Flag]:
+    length = draft_length(engine)
+    return [
+        ("--speculative-algorithm", "NGRAM"),
+        ("--speculative-num-draft-tokens", str(length + 1)),
+        ("--speculative-ngram-min-bfs-breadth", "1"),
+        ("--speculative-ngram-max-bfs-breadth", "1"),  # one chain per step, as spectune drafts
+        ("--speculative-ngram-match-type", match_type),
+        ("--speculative-ngram-max-trie-depth", str(o.max_match + length)),  # match + draft
+    ]
+
+
+def _ngram(engine: EngineConfig, o: NgramOptions) -> tuple[list[Flag], list[Mapping]]:
+    rows = [
+        _row(
+            "drafter=ngram",
+            APPROXIMATE,
+            "NGRAM with match type BFS (recency): SGLang's trie also learns from other requests, spectune's "
+            "lookup reads only the request's own tokens; CUDA only",
+        ),
+        _row(
+            f"ngram.min_match={o.min_match}, max_match={o.max_match}",
+            APPROXIMATE,
+            f"no minimum-match flag; --speculative-ngram-max-trie-depth = max_match + draft length = "
+            f"{o.max_match + draft_length(engine)}",
+        ),
+        _row(f"ngram.max_candidates={o.max_candidates}", NONE, "no flag"),
+        *gamma_rows(engine, TARGET, "--speculative-num-draft-tokens (the verify window: last token and draft)", 1),
+    ]
+    return _ngram_trie(engine, o, "BFS"), rows
+
+
+def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[list[Flag], list[Mapping]]:
+    scope = (
+        _row("suffix.scope=engine", EXACT, "SGLang's n-gram trie is shared by all requests, like the engine-wide index")
+        if o.scope == "engine"
+        else _row(
+            "suffix.scope=session",
+            APPROXIMATE,
+            "no flag keeps the trie to one request: SGLang also drafts from other requests' tokens",
+        )
+    )
+    rows = [
+        _row(
+            "drafter=suffix",
+            APPROXIMATE,
+            "NGRAM with match type PROB (frequency-based expansion), the closest to spectune's frequency-scored "
+            "suffix lookup; CUDA only",
+        ),
+        scope,
+        _row(
+            f"suffix.min_match={o.min_match}, max_match={o.max_match}",
+            APPROXIMATE,
+            f"no minimum-match flag; --speculative-ngram-max-trie-depth = max_match + draft length = "
+            f"{o.max_match + draft_length(engine)}",
+        ),
+        _row(
+            f"suffix.match_factor={o.match_factor}, min_token_prob={o.min_token_prob}",
+            NONE,
+            "no flag caps a draft by match length or by a frequency threshold",
+        ),
+        _row(f"suffix.max_candidates={o.max_candidates}", NONE, "no flag"),
+        *gamma_rows(engine, TARGET, "--speculative-num-draft-tokens (the verify window: last token and draft)", 1),
+    ]
+    return _ngram_trie(engine, o, "PROB"), rows
+
+
+def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
+    length = draft_length(engine)
+    flags = [
+        ("--speculative-algorithm", "STANDALONE"),
+        ("--speculative-draft-model-path", draft),
+        ("--speculative-num-steps", str(length)),
+        ("--speculative-eagle-topk", "1"),  # a chain, not a tree: spectune drafts one sequence
+        ("--speculative-num-draft-tokens", str(length + 1)),
+    ]
+    rows = [
+        _row(
+            "drafter=draft_model",
+            EXACT,
+            "STANDALONE: a separate small draft model, one chain (eagle-topk 1); --speculative-adaptive (num_steps "
+            "by acceptance rate) is never written: its support for STANDALONE is unverified",
+        ),
+        *gamma_rows(engine, TARGET, "--speculative-num-steps (and --speculative-num-draft-tokens = steps + 1)"),
+    ]
+    if engine.gamma_policy == "confidence":
+        rows.append(
+            _row(
+                f"gamma_policy=confidence (confidence={engine.confidence})",
+                NONE,
+                "no flag stops a STANDALONE draft early on low confidence",
+            )
+        )
+    return flags, rows
+
+
+def _acceptance(engine: EngineConfig, rule: AcceptanceRule, lossy: bool) -> tuple[list[Flag], list[Mapping]]:
+    if not lossy:
+        return [], [_row("acceptance=exact", EXACT, "SGLang's default verification is lossless")]
+    setting = f"acceptance={engine.acceptance}"
+    if engine.acceptance == "threshold" and engine.temperature > 0:
+        tau = rule.options.tau
+        row = _row(
+            f"{setting} (tau={tau})",
+            APPROXIMATE,
+            "--speculative-accept-threshold-single accepts a draft token whose target probability exceeds tau "
+            "(spectune: >= tau); SGLang applies it when sampling, scored on its own sampling distribution",
+        )
+        return [("--speculative-accept-threshold-single", str(tau))], [row]
+    return [], [
+        _row(
+            setting,
+            NONE,
+            "no equivalent rule (greedy requests verify by argmax match): acceptance and speedup there are lower "
+            "than measured with this rule",
+        )
+    ]
+
+
+def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
+    """The speculative flags (name, value) and the Mapping rows for SGLang."""
+    engine = record.engine
+    options, rule = typed_options(engine)
+    rows = [_row(f"model={record.model_name}", EXACT, "--model-path: the same target weights")]
+    if record.context > 0:
+        rows.append(_row(f"context={record.context}", EXACT, "server argument --context-length"))
+    rows.append(_row("one session at a time", EXACT, "server argument --max-running-requests 1"))
+    flags: list[Flag] = []
+    if engine.drafter == "none":
+        rows.append(_row("drafter=none", EXACT, "speculation off: no --speculative-algorithm"))
+    elif engine.drafter == "ngram":
+        flags, more = _ngram(engine, options)
+        rows += more
+    elif engine.drafter == "suffix":
+        flags, more = _suffix(engine, options)
+        rows += more
+    elif engine.drafter == "draft_model":
+        flags, more = _draft_model(engine, record.draft)
+        rows += more
+    else:
+        rows.append(_row(f"drafter={engine.drafter}", NONE, "no SGLang algorithm: exported with speculation off"))
+    if flags:
+        more_flags, more = _acceptance(engine, rule, rule.lossy)
+        flags += more_flags
+    else:
+        more = [
+            _row(f"acceptance={engine.acceptance}", NONE if rule.lossy else EXACT, "no speculation, nothing to verify")
+        ]
+    rows += more
+    rows.append(
+        _row(
+            f"sampling (temperature={engine.temperature}, top_k={engine.top_k}, top_p={engine.top_p})",
+            EXACT,
+            "per request: send the same temperature / top_p, and top_k -1 where spectune's is 0 (off)",
+        )
+    )
+    return flags, rows
+
+
+def command(record: ExportRecord) -> str:
+    """The launch command that reads sglang.args."""
+    context = f" --context-length {record.context}" if record.context > 0 else ""
+    return (
+        f"python -m sglang.launch_server --model-path {record.target}{context} --max-running-requests 1 "
+        f"$(grep -v '^#' {FILE})"
+    )
+
+
+def render(record: ExportRecord, flags: list[Flag], rows: list[Mapping]) -> str:
+    """The file text: comment lines (#), then one flag per line."""
+    lines = [
+        f"# SGLang speculative flags exported by spectune; target: {VERSION}",
+        f"# one flag per line, '#' lines are comments; run: {command(record)}",
+    ]
+    if not flags:
+        lines.append("# no speculative flags: the exported configuration runs SGLang without speculation")
+    lines += [f"# {r.fit}: {r.setting}: {r.reason}" for r in rows if r.fit != EXACT]
+    lines += [name if value is None else f"{name} {value}" for name, value in flags]
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
+    """Write sglang.args into out_dir; returns its path and the Mapping rows."""
+    flags, rows = build(record)
+    path = out_dir / FILE
+    write_atomic(path, render(record, flags, rows))
+    return path, rows

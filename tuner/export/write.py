@@ -1,0 +1,24 @@
+"""write_exports: every file of best/ from one ExportRecord."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.export import llama_server, readme, sglang, spectune_yaml, vllm
+from tuner.export.record import ExportRecord, Mapping
+
+SERVER_WRITERS = (llama_server, vllm, sglang)  # each writes one file and returns its Mapping rows
+
+
+def write_exports(out_dir: Path, record: ExportRecord) -> list[Path]:
+    """Write spectune.yaml, the three server exports and README.md into out_dir; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [spectune_yaml.write(out_dir, record)]
+    rows: list[Mapping] = []
+    for writer in SERVER_WRITERS:
+        path, more = writer.write(out_dir, record)
+        paths.append(path)
+        rows += more
+    paths.append(readme.write(out_dir, record, rows))
+    return paths
