@@ -1,0 +1,45 @@
+"""Fixtures the tuner tests share: a composed tune config on a few real swe-lite tasks with the bundled models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from tuner.config import register_tune_configs
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+PROJECT = Path(__file__).resolve().parents[2]
+register_tune_configs()
+
+# Small and fast: 2 search tasks, 1 repeat, no warm-up, bundled model paths made absolute.
+SMALL = (
+    "task.limit=2",
+    "run.repeats=1",
+    "run.warmup=false",
+    "run.progress=false",
+    "run.threads=1",
+    "tracking.enabled=false",
+    "tuner.confirm=false",
+    "tuner.measure_drift=false",
+    "space=lookup",
+    f"model.target={PROJECT / 'models/spectune-tiny/target'}",
+    f"model.draft={PROJECT / 'models/spectune-tiny/draft'}",
+)
+
+
+def tune_config(tmp_path: Path, *overrides: str, drafters: dict | None = None):
+    """The tuner's composed config writing under tmp_path (later overrides win; `drafters` replaces the space's)."""
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        cfg = compose("tune", overrides=[*SMALL, f"run.root={tmp_path / 'runs'}", "study.name=t", *overrides])
+    if drafters is not None:
+        OmegaConf.update(cfg, "space.drafters", drafters, merge=False)  # a command-line dict would merge
+    return cfg
+
+
+@pytest.fixture
+def tune(tmp_path):
+    """tune(*overrides, drafters=None) -> composed config under this test's tmp_path."""
+    return lambda *overrides, drafters=None: tune_config(tmp_path, *overrides, drafters=drafters)

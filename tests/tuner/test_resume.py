@@ -1,0 +1,130 @@
+"""A killed study resumes (sqlite and journal): no completed trial lost, the killed one retried, OFF not
+re-measured; two processes share one journal file. Real `python -m tuner.search` processes, SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.conftest import PROJECT, SMALL
+
+# Runs the real entry point; trial HANG, once its parameters are drawn, hangs while FLAG exists after touching
+# MARKER (so the test can kill it mid-trial).
+WRAPPER = """
+import os, sys, time
+import tuner.objective as objective
+hang, flag, marker = int(os.environ["HANG"]), os.environ["FLAG"], os.environ["MARKER"]
+original = objective.suggest
+
+def suggest(trial, space, base):
+    config = original(trial, space, base)
+    if trial.number == hang and os.path.exists(flag):
+        open(marker, "w").close()
+        time.sleep(600)
+    return config
+
+objective.suggest = suggest
+from tuner.search import main
+main()
+"""
+
+
+def _start(tmp_path: Path, *overrides: str, hang: int = -1) -> subprocess.Popen:
+    script = tmp_path / "wrapper.py"
+    script.write_text(WRAPPER)
+    env = {
+        **os.environ,
+        "HANG": str(hang),
+        "FLAG": str(tmp_path / "hang.flag"),
+        "MARKER": str(tmp_path / "hanging"),
+        "PYTHONPATH": str(PROJECT),
+    }
+    args = [*SMALL, f"run.root={tmp_path / 'runs'}", "study.name=k", *overrides]
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: the kill reaches every child
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out
+    return " ".join(out.split())  # rich wraps lines at the terminal width
+
+
+def _rows(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "runs" / "k" / "trials.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_a_study_killed_mid_trial_resumes_keeping_every_completed_trial(tmp_path, storage):
+    (tmp_path / "hang.flag").touch()
+    proc = _start(tmp_path, "tuner.trials=3", f"study.storage={storage}", hang=2)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "hanging").exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "trial 2 never started"
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-trial, no chance to clean up
+        proc.wait()
+    before = {r["number"]: r for r in _rows(tmp_path)}
+    assert sorted(before) == [0, 1] and all(r["state"] == "COMPLETE" for r in before.values())
+    baseline = (tmp_path / "runs" / "k" / "baseline.json").read_text()
+
+    (tmp_path / "hang.flag").unlink()
+    out = _finish(_start(tmp_path, "tuner.trials=3", f"study.storage={storage}"))
+    assert "retrying trial(s) [2]" in out and "baseline reused" in out
+    after = {r["number"]: r for r in _rows(tmp_path)}
+    for number, row in before.items():  # nothing completed was lost or redone
+        assert after[number]["value"] == row["value"] and after[number]["state"] == "COMPLETE"
+    assert after[2]["state"] == "FAIL" and after[2]["reason"] == "killed"
+    assert after[2]["params"]  # killed after its parameters were drawn
+    [retry] = [r for r in after.values() if r["number"] > 2 and r["params"] == after[2]["params"]]
+    assert retry["state"] == "COMPLETE"
+    assert [r["role"] for r in after.values()].count("baseline") == 1
+    assert (tmp_path / "runs" / "k" / "baseline.json").read_text() == baseline  # OFF not re-measured
+    counted = [r for r in after.values() if r["role"] == "candidate" and r["state"] == "COMPLETE"]
+    assert len(counted) == 3
+
+
+def test_two_processes_share_one_journal_without_duplicating_trials(tmp_path):
+    common = ("tuner.trials=4", "study.storage=journal")
+    first = _start(tmp_path, *common)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "runs" / "k" / "baseline.json").exists():
+            assert first.poll() is None, first.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        second = _start(tmp_path, *common)
+        _finish(second)
+    finally:
+        if first.poll() is None:
+            _finish(first)
+    rows = _rows(tmp_path)
+    numbers = [r["number"] for r in rows]
+    assert len(numbers) == len(set(numbers))
+    owners = {r["user_attrs"]["owner"].split(".")[0] for r in rows if r["role"] == "candidate"}
+    assert len(owners) == 2, owners  # both processes ran candidates
+    candidates = [r for r in rows if r["role"] == "candidate" and r["state"] == "COMPLETE"]
+    assert 4 <= len(candidates) <= 5  # the budget, plus at most the one the other process had started

@@ -1,0 +1,71 @@
+"""The tuner's schema: the runner's `Config` plus the search space, the study and the tuner's budgets.
+
+`python -m tuner.search` composes conf/tune.yaml against `TuneConfig`, so every runner override
+(`model=`, `hardware=`, `task.*`, `agent.*`, `sandbox=`, `tracking=`) is checked exactly as in
+`python -m runners.run`, and the tuner's own keys the same way, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from runners.config import Config, register_configs
+
+
+@dataclass
+class SpaceConf:
+    """What the tuner may try: drafters and their knobs (conf/space/*.yaml, read by tuner.space)."""
+
+    name: str = "default"  # label recorded with the study
+    allow_lossy: bool = False  # true: also try the lossy acceptance rules listed under `acceptance`
+    drafters: dict[str, Any] = field(default_factory=dict)  # drafter -> {knob: [choices] | {low, high} | value}
+    acceptance: dict[str, Any] = field(default_factory=dict)  # lossy rule -> {option: range}; used only if allow_lossy
+
+
+@dataclass
+class StudyConf:
+    """The Optuna study: where it is stored, how it samples and prunes."""
+
+    name: str = MISSING  # runs/<name>/ holds the storage and every output; the same name resumes
+    storage: str | None = None  # null | sqlite: runs/<name>/study.db; journal: runs/<name>/journal.log; or an RDB URL
+    seed: int = 0  # sampler seed and the per-study task order
+    startup_trials: int = 4  # random trials before TPE models the space
+    pruner: str = "wilcoxon"  # wilcoxon | none
+    prune_p: float = 0.1  # WilcoxonPruner p_threshold
+    prune_startup_steps: int = 2  # tasks a trial runs before it may be pruned
+    heartbeat_interval: int = 30  # seconds; a trial silent for longer (killed process) is failed and retried
+    max_retry: int = 2  # how often a trial killed mid-run is retried
+
+
+@dataclass
+class TunerConf:
+    """Budgets, the quality constraint and the held-out confirmation."""
+
+    trials: int = 12  # candidate trials (the OFF baseline comes on top)
+    timeout_s: float | None = None  # stop starting new trials after this many seconds (null = no limit)
+    max_regressions: int = 0  # tasks solved OFF but not ON a feasible configuration may have
+    confirm: bool = True  # run the best configuration against OFF on the held-out split
+    confirm_split: str = "test"  # held-out split for the confirmation
+    confirm_limit: int | None = 10  # tasks of the confirmation (a `spread` subset); null = the whole split
+    confirm_repeats: int = 3  # repeats of the confirmation (>= 3 for a spread)
+    measure_drift: bool = True  # re-measure OFF at the end and report the drift against the start
+    bootstrap_resamples: int = 2000  # resamples of the confirmation's interval over tasks
+
+
+@dataclass
+class TuneConfig(Config):
+    """The whole configuration of `python -m tuner.search`."""
+
+    space: SpaceConf = field(default_factory=SpaceConf)
+    study: StudyConf = field(default_factory=StudyConf)
+    tuner: TunerConf = field(default_factory=TunerConf)
+
+
+def register_tune_configs() -> None:
+    """Register the runner's schema and the tuner's (conf/tune.yaml names `tune_schema`)."""
+    register_configs()
+    ConfigStore.instance().store(name="tune_schema", node=TuneConfig)

@@ -1,0 +1,113 @@
+"""The study's constraints: VRAM, context and quality, as Optuna constraint values (<= 0: satisfied).
+
+Each trial sets them with `Trial.set_constraint` (Optuna 5: TPE reads them from there, and they are
+stored with the trial in every storage); the best configuration is the best *feasible* trial, and
+the report names the constraint that excluded each infeasible one. A trial without them (one that
+failed before measuring) counts as infeasible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from engine.engine import EngineConfig
+from engine.memory import ModelShape, estimate_memory, largest_context
+
+GIB = 1 << 30
+# Constraint name -> what a positive value means (for the report).
+CONSTRAINTS = {
+    "vram_gib": "needs more memory than the ceiling (GiB over)",
+    "context_tokens": "the largest context that fits is shorter than the suite needed (tokens short)",
+    "regressions": "solves fewer tasks than OFF (regressions over tuner.max_regressions)",
+    "no_success": "no task succeeded",
+}
+ATTR_PREFIX = "constraint."
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """What the memory model needs about the loaded models and the hardware."""
+
+    target: ModelShape
+    draft: ModelShape | None
+    dtype: str  # the target's dtype as loaded (float32, bfloat16 ...)
+    ceiling_bytes: int
+    overhead_bytes: int
+    measured_on_cuda: bool
+
+
+def drafted_length(config: EngineConfig) -> int:
+    """The most tokens one step may draft (what the verification workspace must hold)."""
+    if config.drafter == "none":
+        return 0
+    return config.max_gamma if config.gamma_policy == "heuristic" else config.gamma
+
+
+def reserved_length(tokens: int) -> int:
+    """KV positions the engine's growing cache holds allocated for `tokens` (engine/kv.py: doublings, at least 256)."""
+    capacity = 256
+    while capacity < tokens:
+        capacity *= 2
+    return capacity
+
+
+def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int) -> dict[str, Any]:
+    """Estimated bytes at the suite's needed context and the largest context that fits the ceiling.
+
+    The VRAM figure counts the KV the engine really allocates for the needed context (its cache grows by
+    doubling); the largest fitting context counts held tokens, as a server that preallocates `-c` does.
+    """
+    draft = facts.draft if config.drafter == "draft_model" else None
+    kwargs = {
+        "dtype": facts.dtype,
+        "gamma": drafted_length(config),
+        "draft": draft,
+        "draft_dtype": facts.dtype if draft is not None else None,
+        "overhead_bytes": facts.overhead_bytes,
+    }
+    estimate = estimate_memory(facts.target, context=reserved_length(needed_context), **kwargs)
+    return {
+        "estimate": estimate,
+        "estimate_bytes": estimate.total,
+        "largest_context": largest_context(facts.target, facts.ceiling_bytes, **kwargs),
+    }
+
+
+def constraint_values(
+    *,
+    memory_bytes: int,
+    ceiling_bytes: int,
+    needed_context: int,
+    fitting_context: int,
+    regressions: int | None,
+    max_regressions: int,
+    successes: int | None,
+) -> dict[str, float]:
+    """The constraint values of one trial (unknown parts, e.g. of a pruned trial, count as satisfied)."""
+    return {
+        "vram_gib": (memory_bytes - ceiling_bytes) / GIB,
+        "context_tokens": float(needed_context - fitting_context),
+        "regressions": float((regressions or 0) - max_regressions) if regressions is not None else 0.0,
+        "no_success": 1.0 if successes == 0 else 0.0,
+    }
+
+
+def store(trial: optuna.Trial, values: dict[str, float]) -> None:
+    """Set the values as the trial's constraints (and keep a copy in user attributes for trials.jsonl)."""
+    for name, value in values.items():
+        trial.set_constraint(name, value)
+        trial.set_user_attr(ATTR_PREFIX + name, value)
+
+
+def violated(trial: optuna.trial.FrozenTrial) -> list[str]:
+    """Names of the constraints a trial breaks (all of them when it has none recorded)."""
+    recorded = trial.constraints
+    return [name for name in CONSTRAINTS if float(recorded.get(name, 1.0)) > 0]
+
+
+def feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    """Every constraint satisfied."""
+    return not violated(trial)

@@ -1,0 +1,193 @@
+"""The search space (conf/space/*.yaml) and `suggest`: one Optuna trial -> one `EngineConfig`.
+
+The space is conditional: a trial first picks a drafter, then only that drafter's knobs, each under
+the parameter name `<drafter>.<knob>` (so TPE's `group=True` models each drafter's knobs apart). A knob is
+an engine knob (`gamma`, `gamma_policy`, `max_gamma`, `confidence`) or an option of the drafter's own
+options dataclass; `gamma_policy` decides which of the others are drawn (`max_gamma` only for
+`heuristic`, `confidence` only for `confidence`). Acceptance is `exact` unless `allow_lossy` is set.
+Everything is checked by `load_space`, before a model is loaded, with the allowed names in the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import optuna
+from omegaconf import DictConfig, OmegaConf
+
+from engine.acceptance import ACCEPTANCE_RULES, acceptance_options_class
+from engine.drafters import DRAFTERS, drafter_options_class
+from engine.engine import Engine, EngineConfig
+from engine.gamma import GAMMA_POLICIES
+from engine.options import option_names
+
+ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
+# Drafters whose proposals come from a model; only they may use the `confidence` gamma policy.
+MODEL_DRAFTERS = frozenset(name for name, (cls, _) in DRAFTERS.items() if getattr(cls, "is_model", False))
+BASELINE = "none"  # speculation OFF is the study's trial 0, never a candidate
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One searchable value: categorical `choices`, a numeric [low, high] range, or a `fixed` value."""
+
+    name: str
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    fixed: Any = None
+
+    def suggest(self, trial: optuna.Trial, param: str) -> Any:
+        """Draw this knob's value in `trial` under the parameter name `param`."""
+        if self.choices is not None:
+            return trial.suggest_categorical(param, list(self.choices))
+        if self.low is None:
+            return self.fixed
+        if isinstance(self.low, int) and isinstance(self.high, int) and not isinstance(self.low, bool):
+            return trial.suggest_int(param, self.low, self.high, log=self.log, step=int(self.step or 1))
+        return trial.suggest_float(param, float(self.low), float(self.high), log=self.log, step=self.step)
+
+
+@dataclass
+class Space:
+    """Checked space: knobs per drafter, lossy rules and their options (used only when allowed)."""
+
+    name: str
+    drafters: dict[str, dict[str, Knob]]
+    acceptance: dict[str, dict[str, Knob]] = field(default_factory=dict)
+    allow_lossy: bool = False
+    left_out: dict[str, str] = field(default_factory=dict)  # drafter -> why it is not offered
+
+    @property
+    def params(self) -> list[str]:
+        """Every Optuna parameter name this space can produce."""
+        names = ["drafter"] + [f"{d}.{k}" for d, knobs in self.drafters.items() for k in knobs]
+        if self.allow_lossy and self.acceptance:
+            names += ["acceptance"] + [f"{r}.{k}" for r, knobs in self.acceptance.items() for k in knobs]
+        return names
+
+
+def _knob(name: str, spec: Any, where: str) -> Knob:
+    if isinstance(spec, list | tuple):
+        if not spec:
+            raise ValueError(f"space {where}.{name}: an empty list of choices")
+        return Knob(name, choices=tuple(spec))
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"low", "high", "log", "step"})
+        if unknown or "low" not in spec or "high" not in spec:
+            raise ValueError(f"space {where}.{name}: a range is {{low, high[, log, step]}}, got keys {sorted(spec)}")
+        low, high = spec["low"], spec["high"]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or low > high:
+            raise ValueError(f"space {where}.{name}: need numbers with low <= high, got low={low!r} high={high!r}")
+        return Knob(name, low=low, high=high, log=bool(spec.get("log", False)), step=spec.get("step"))
+    return Knob(name, fixed=spec)
+
+
+def _values(knob: Knob) -> list[Any]:
+    """The discrete values a knob may take (ranges report their two bounds)."""
+    if knob.choices is not None:
+        return list(knob.choices)
+    return [knob.fixed] if knob.low is None else [knob.low, knob.high]
+
+
+def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
+    allowed = [*ENGINE_KNOBS, *option_names(drafter_options_class(name))]
+    unknown = sorted(set(knobs) - set(allowed))
+    if unknown:
+        raise ValueError(f"space drafters.{name}: unknown knob(s) {unknown}; allowed: {allowed}")
+    if "gamma_policy" in knobs:
+        for policy in _values(knobs["gamma_policy"]):
+            if policy not in GAMMA_POLICIES:
+                raise ValueError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
+            if policy == "confidence" and name not in MODEL_DRAFTERS:
+                raise ValueError(
+                    f"space drafters.{name}.gamma_policy: 'confidence' needs a model drafter "
+                    f"({sorted(MODEL_DRAFTERS)}), not {name!r}"
+                )
+
+
+def load_space(node: Any, *, has_draft: bool) -> Space:
+    """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
+
+    `draft_model` is left out (with the reason kept in `left_out`) when the model config has no draft.
+    """
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    drafters_node = dict(data.get("drafters") or {})
+    candidates = sorted(set(DRAFTERS) - {BASELINE})
+    drafters: dict[str, dict[str, Knob]] = {}
+    left_out: dict[str, str] = {}
+    for name, knobs_node in drafters_node.items():
+        if name == BASELINE:
+            raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
+        if name not in DRAFTERS:
+            raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
+        knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in dict(knobs_node or {}).items()}
+        _check_drafter(name, knobs)
+        if name == "draft_model" and not has_draft:
+            left_out[name] = "the model config has no draft (model.draft is null)"
+            continue
+        drafters[name] = knobs
+    if not drafters:
+        why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "drafters is empty"
+        raise ValueError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
+    acceptance: dict[str, dict[str, Knob]] = {}
+    lossy_rules = sorted(set(ACCEPTANCE_RULES) - {"exact"})
+    for rule, knobs_node in dict(data.get("acceptance") or {}).items():
+        if rule not in lossy_rules:
+            raise ValueError(f"space acceptance.{rule}: unknown lossy rule; allowed: {lossy_rules}")
+        knobs = {k: _knob(k, v, f"acceptance.{rule}") for k, v in dict(knobs_node or {}).items()}
+        allowed = option_names(acceptance_options_class(rule))
+        unknown = sorted(set(knobs) - set(allowed))
+        if unknown:
+            raise ValueError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
+        acceptance[rule] = knobs
+    return Space(str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out)
+
+
+def suggest(trial: optuna.Trial, space: Space, base: EngineConfig) -> EngineConfig:
+    """The candidate for `trial`: drafter first, then only its knobs; sampling and seed come from `base`."""
+    drafter = trial.suggest_categorical("drafter", list(space.drafters))
+    knobs = space.drafters[drafter]
+    values: dict[str, Any] = {}
+
+    def draw(name: str) -> None:
+        if name in knobs:
+            values[name] = knobs[name].suggest(trial, f"{drafter}.{name}")
+
+    draw("gamma_policy")
+    policy = values.get("gamma_policy", "fixed")
+    draw("gamma")
+    if policy == "heuristic":
+        draw("max_gamma")
+    if policy == "confidence":
+        draw("confidence")
+    options = {}
+    for name in knobs:
+        if name not in ENGINE_KNOBS:
+            options[name] = knobs[name].suggest(trial, f"{drafter}.{name}")
+    # Ranges are independent in the space file; keep the pairs the options require ordered.
+    if "min_match" in options or "max_match" in options:
+        defaults = drafter_options_class(drafter)()
+        low = options.get("min_match", defaults.min_match)
+        options["max_match"] = max(low, options.get("max_match", defaults.max_match))
+    gamma = int(values.get("gamma", base.gamma))
+    acceptance = "exact"
+    if space.allow_lossy and space.acceptance:
+        acceptance = trial.suggest_categorical("acceptance", ["exact", *space.acceptance])
+        for name, knob in space.acceptance.get(acceptance, {}).items():
+            options[name] = knob.suggest(trial, f"{acceptance}.{name}")
+    config = replace(
+        base,
+        drafter=drafter,
+        gamma=gamma,
+        gamma_policy=policy,
+        max_gamma=max(int(values.get("max_gamma", base.max_gamma)), gamma),
+        confidence=float(values.get("confidence", base.confidence)),
+        acceptance=acceptance,
+        options=options,
+    )
+    Engine.validate(config)  # a space can only produce configurations the engine accepts
+    return config
