@@ -1,1 +1,1 @@
-"""Optuna search over engine configurations and export of the best one. Arrives later."""
+"""The Optuna tuner: python -m tuner.search (search, space, objective, constraints, study, confirmation, export)."""

@@ -45,7 +45,7 @@ class StudyConf:
 class TunerConf:
     """Budgets, the quality constraint and the held-out confirmation."""
 
-    trials: int = 12  # candidate trials (the OFF baseline comes on top)
+    trials: int = 16  # candidate trials (the OFF baseline comes on top)
     timeout_s: float | None = None  # stop starting new trials after this many seconds (null = no limit)
     max_regressions: int = 0  # tasks solved OFF but not ON a feasible configuration may have
     confirm: bool = True  # run the best configuration against OFF on the held-out split

@@ -113,8 +113,9 @@ def _wait_for_baseline(study: optuna.Study, study_dir: Path, stop: GracefulStop,
 
 def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run (or resume) the study, confirm and export the best configuration; returns the summary."""
-    console = console or Console(stderr=True)
+    console = console or _wide(Console(stderr=True))
     started = time.monotonic()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what happens; keep Optuna's warnings
     base = check_config(cfg)
     check_tuner(cfg)
     space = load_space(cfg.space, has_draft=bool(cfg.model.draft))
@@ -231,7 +232,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         left = studies.budget_left(study, tuner.trials) + (1 if record is None else 0)
         search_start = time.monotonic()
         verbosity = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.ERROR)  # each trial gets our own line instead
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial gets our own line, not a traceback
         try:
             with progress:
                 if left and not stop.requested:
@@ -247,7 +248,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         record = objective.baseline
         trials = study.get_trials(deepcopy=False)
         best = studies.best_candidate(study)
-        console.print(trials_table(trials, f"study {study_cfg.name}", best.number if best else None))
+        table_console().print(trials_table(trials, f"study {study_cfg.name}", best.number if best else None))
         summary: dict[str, Any] = {
             "study": study_cfg.name,
             "storage": describe_storage(study_cfg.storage, study_dir),
@@ -318,6 +319,11 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         _log_study(tracker, summary, plots, study_dir, console)
         _print_result(summary, best, study_dir, cfg, console)
     return summary
+
+
+def _wide(console: Console) -> Console:
+    """Progress and trial lines at the terminal's width, or a log-friendly one when not a terminal."""
+    return console if console.is_terminal else Console(stderr=True, width=max(console.width, 160))
 
 
 def _confirmation(cfg, best, models, held_out, environment, agent, study_dir, stop, console) -> dict[str, Any]:
@@ -394,12 +400,13 @@ def _print_result(summary, best, study_dir: Path, cfg: DictConfig, console: Cons
     if c:
         iv = c["speedup_interval"]
         reps = ", ".join("-" if v is None else f"{v:.2f}" for v in c["speedup_repeats"])
-        span = f"[{iv['low']:.2f}, {iv['high']:.2f}]" if iv.get("low") is not None else "(no interval)"
+        pooled = f"{iv['pooled']:.2f}x" if iv.get("pooled") else "-"
+        span = f"95% interval [{iv['low']:.2f}, {iv['high']:.2f}]" if iv.get("low") is not None else "no interval"
         speed = f"{c['speedup']:.2f}x" if c["speedup"] else "-"
         out.print(
             f"confirmed on {cfg.task.name}/{c['split']} ({c['tasks']} tasks x {c['repeats']} repeats): speedup "
-            f"{speed}, per repeat [{reps}], 95% interval {span}, regressions {len(c['regressions'])}, "
-            f"diverged {len(c['diverged_tasks'])}"
+            f"{speed} (medians over repeats; per repeat [{reps}]), pooled over tasks {pooled} ({span}, bootstrap "
+            f"over tasks), regressions {len(c['regressions'])}, diverged {len(c['diverged_tasks'])}"
         )
     out.print(f"exports: {study_dir / 'best'}")
     uri = cfg.tracking.uri or default_uri(study_dir)

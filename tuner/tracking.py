@@ -111,10 +111,13 @@ class StudyTracker(MlflowTracker):
             "violated": ",".join(constraints.violated(trial)),
         }
         name = f"{self._name}/{trial.number:04d}-{'baseline' if role(trial) == 'baseline' else tags['drafter']}"
-        run = self._client.create_run(self._experiment_id, run_name=name, tags=_tags(tags))
+        # The trial's own start and end, so the UI's durations are the trials' (the run is logged once it ended).
+        start = int(trial.datetime_start.timestamp() * 1000) if trial.datetime_start else None
+        end = int(trial.datetime_complete.timestamp() * 1000) if trial.datetime_complete else None
+        run = self._client.create_run(self._experiment_id, run_name=name, tags=_tags(tags), start_time=start)
         self._log(run.info.run_id, metrics=trial_metrics(trial), params=flatten_params(params, self._param_limit))
         status = "FINISHED" if trial.state.name in ("COMPLETE", "PRUNED") else "FAILED"
-        self._client.set_terminated(run.info.run_id, status)
+        self._client.set_terminated(run.info.run_id, status, end_time=end)
         self._logged.add(trial.number)
 
     def log_study(self, metrics: dict[str, Any], tags: dict[str, Any]) -> None:

@@ -27,7 +27,8 @@ def suggest(trial, space, base):
     config = original(trial, space, base)
     if trial.number == hang and os.path.exists(flag):
         open(marker, "w").close()
-        time.sleep(600)
+        while os.path.exists(flag):
+            time.sleep(0.1)
     return config
 
 objective.suggest = suggest
@@ -58,14 +59,22 @@ def _start(tmp_path: Path, *overrides: str, hang: int = -1) -> subprocess.Popen:
     )
 
 
-def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+def _wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 300
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.2)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300, code: int = 0) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 0, out
+    assert proc.returncode == code, out
     return " ".join(out.split())  # rich wraps lines at the terminal width
 
 
@@ -79,11 +88,7 @@ def test_a_study_killed_mid_trial_resumes_keeping_every_completed_trial(tmp_path
     (tmp_path / "hang.flag").touch()
     proc = _start(tmp_path, "tuner.trials=3", f"study.storage={storage}", hang=2)
     try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "hanging").exists():
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "trial 2 never started"
-            time.sleep(0.5)
+        _wait_for(tmp_path / "hanging", proc, "trial 2")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # mid-trial, no chance to clean up
         proc.wait()
@@ -111,11 +116,7 @@ def test_two_processes_share_one_journal_without_duplicating_trials(tmp_path):
     common = ("tuner.trials=4", "study.storage=journal")
     first = _start(tmp_path, *common)
     try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "runs" / "k" / "baseline.json").exists():
-            assert first.poll() is None, first.communicate()[0]
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+        _wait_for(tmp_path / "runs" / "k" / "baseline.json", first, "the baseline")
         second = _start(tmp_path, *common)
         _finish(second)
     finally:
@@ -128,3 +129,30 @@ def test_two_processes_share_one_journal_without_duplicating_trials(tmp_path):
     assert len(owners) == 2, owners  # both processes ran candidates
     candidates = [r for r in rows if r["role"] == "candidate" and r["state"] == "COMPLETE"]
     assert 4 <= len(candidates) <= 5  # the budget, plus at most the one the other process had started
+
+
+def test_ctrl_c_finishes_the_task_records_the_trial_and_the_rerun_completes_it(tmp_path):
+    (tmp_path / "hang.flag").touch()
+    proc = _start(tmp_path, "tuner.trials=3", hang=2)
+    try:
+        _wait_for(tmp_path / "hanging", proc, "trial 2")
+        os.kill(proc.pid, signal.SIGINT)  # the tuner process only, as a terminal's Ctrl-C would reach it first
+        (tmp_path / "hang.flag").unlink()  # trial 2 goes on to its task loop, which starts no task after a stop
+        out = _finish(proc, code=130)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "rerun the same command to resume" in out
+    rows = {r["number"]: r for r in _rows(tmp_path)}
+    assert rows[2]["state"] == "FAIL" and rows[2]["reason"] == "interrupted" and rows[2]["params"]
+    assert rows[2]["user_attrs"]["tasks_run"] == 0  # the stop came before its first task: none started
+    summary = json.loads((tmp_path / "runs" / "k" / "summary.json").read_text())
+    assert summary["partial"] and summary["interrupted"] == "SIGINT"
+
+    out = _finish(_start(tmp_path, "tuner.trials=3"))
+    assert "re-queued interrupted trial(s) [2]" in out
+    after = {r["number"]: r for r in _rows(tmp_path)}
+    [again] = [r for r in after.values() if r["user_attrs"].get("retry_of") == 2]
+    assert again["state"] == "COMPLETE" and again["params"] == rows[2]["params"]
+    assert sum(r["role"] == "candidate" and r["state"] == "COMPLETE" for r in after.values()) == 3
