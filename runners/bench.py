@@ -3,6 +3,13 @@
 `engine`: spectune's decode loop (plain, ngram, draft_model, suffix) against transformers `generate` (greedy,
 prompt lookup, assisted generation) on the same weights and prompts, CPU. Prints a rich table, or one JSON
 object with --json (progress goes to stderr, so stdout holds nothing but the JSON).
+
+`tuner`: the tuner's search quality, apart from measurement noise. An exhaustive grid over a small space
+(23 ngram/suffix points by default) is measured once with the tuner's real objective (one OFF baseline,
+every point a real trial on the search tasks, pruner none) and saved (--grid-file; --reuse-grid reads it
+back); then, per seed, the tuner's TPE and a random search replay the measured values over the same space.
+Per seed and over seeds: best found, regret against the grid's best, trials to come within 5% of it, and
+the target: within 5% of the grid's best in at most a third of the grid's trials. Rich tables or --json.
 """
 
 from __future__ import annotations
@@ -10,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from runners.bench_engine import MIN_REPEATS, PROMPT_SETS, RATIOS
+from runners.bench_tuner import DEFAULT_GRID_FILE
 
 
 def _positive(value: str) -> int:
@@ -59,7 +68,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch CPU threads for the run (default: torch's default); restored afterwards",
     )
     eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+    _tuner_parser(sub)
     return parser
+
+
+def _tuner_parser(sub: Any) -> None:
+    tun = sub.add_parser(
+        "tuner",
+        help="the tuner's search quality: a measured grid, then TPE and random search replayed over it",
+        description="The tuner's search quality: an exhaustive grid measured once with the real objective, then "
+        "the tuner's TPE and a random search replayed over the measured values, seed by seed.",
+    )
+    tun.add_argument("--split", default="dev", help="swe-lite split of the search tasks (default dev)")
+    tun.add_argument("--limit", type=_positive, default=6, help="search tasks, a spread subset (default 6)")
+    tun.add_argument("--repeats", type=_positive, default=1, help="repeats per task when measuring (default 1)")
+    tun.add_argument("--seeds", type=_positive, default=10, help="replayed searches per sampler (default 10)")
+    tun.add_argument(
+        "--trials", type=_positive, default=None, help="candidate trials per search (default: a third of the grid)"
+    )
+    tun.add_argument(
+        "--startup-trials",
+        type=int,
+        default=None,
+        help="TPE startup trials, trial 0 included (default: the tuner's, conf/study/default.yaml)",
+    )
+    tun.add_argument(
+        "--grid-file", type=Path, default=DEFAULT_GRID_FILE, help=f"the measured grid (default {DEFAULT_GRID_FILE})"
+    )
+    tun.add_argument("--reuse-grid", action="store_true", help="read --grid-file instead of measuring the grid")
+    tun.add_argument(
+        "--space",
+        type=Path,
+        default=None,
+        help="grid space file (conf/space layout, lists of choices only; default: the 23-point ngram/suffix grid)",
+    )
+    tun.add_argument("--threads", type=_positive, default=None, help="torch CPU threads while measuring")
+    tun.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a conf/tune.yaml override for the measurement, e.g. --set agent.max_steps=8 (repeatable)",
+    )
+    tun.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    tun.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (trial lines stay)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.benchmark == "engine":
         return _engine(parser, args)
+    if args.benchmark == "tuner":
+        return _tuner(parser, args)
     parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
     return 2
 
@@ -108,6 +163,46 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
+def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from hydra.errors import HydraException
+
+    from runners.bench_tuner import render, run_tuner_bench
+    from runners.interrupt import Interrupted
+    from runners.run import INPUT_ERRORS, one_line
+
+    if args.reuse_grid and args.space is not None:
+        parser.error("--space chooses a grid to measure; with --reuse-grid the grid file's own space is replayed")
+    try:
+        report = run_tuner_bench(
+            split=args.split,
+            limit=args.limit,
+            repeats=args.repeats,
+            seeds=args.seeds,
+            trials=args.trials,
+            startup_trials=args.startup_trials,
+            grid_file=args.grid_file,
+            reuse_grid=args.reuse_grid,
+            space_file=args.space,
+            threads=args.threads,
+            overrides=args.overrides,
+            progress=not args.no_progress,
+        )
+    except (*INPUT_ERRORS, HydraException) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # before the grid's trials started (loading): nothing was written
+        print("interrupted: no grid file was written", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(report, indent=2))
     else:
