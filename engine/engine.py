@@ -36,7 +36,7 @@ class EngineConfig:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
-    seed: int = 0  # seed of a session's sampling RNG (session i uses seed + i); the runner sets it from run.seed
+    seed: int = 0  # seed of a session's sampling RNG (session i uses seed + i); the commands set it from run.seed
 
 
 class Engine:

@@ -196,21 +196,6 @@ def search_tasks(cfg) -> list:
     return instances
 
 
-def memory_facts(cfg, models, draft: str | None) -> constraints.MemoryFacts:
-    """The memory model's facts, built as the tuner builds them."""
-    from engine.memory import model_shape
-    from runners.config import GIB
-
-    return constraints.MemoryFacts(
-        target=model_shape(cfg.model.target),
-        draft=model_shape(draft) if draft else None,
-        dtype=str(next(models.target.model.parameters()).dtype).removeprefix("torch."),
-        ceiling_bytes=int(cfg.hardware.vram_gib * GIB),
-        overhead_bytes=int(cfg.hardware.runtime_overhead_gib * GIB),
-        measured_on_cuda=models.target.device.type == "cuda",
-    )
-
-
 def grid_study(cfg, points: list[dict[str, Any]]) -> optuna.Study:
     """An in-memory study with the OFF baseline and then every grid point enqueued, in that order."""
     study = optuna.create_study(
@@ -289,7 +274,7 @@ def measure_grid(cfg, space_node: dict[str, Any], study_dir: Path, console) -> d
             study_dir=study_dir,
             repeats=cfg.run.repeats,
             warmup=cfg.run.warmup,
-            memory=memory_facts(cfg, models, draft),
+            memory=constraints.memory_facts(cfg, models, draft),
             max_regressions=cfg.tuner.max_regressions,
             model_name=cfg.model.name,
         )

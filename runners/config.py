@@ -126,8 +126,8 @@ def _choice(value: Any, allowed: tuple[str, ...] | list[str], key: str) -> None:
 def engine_config(conf: Any, seed: int | None = None) -> EngineConfig:
     """The engine's own config from the Hydra `engine` node (the candidate, speculation ON).
 
-    The node's schema is `EngineConfig` itself, so this is a plain conversion; `seed` overrides the
-    node's (which defaults to `run.seed` in conf/config.yaml).
+    The node's schema is `EngineConfig` itself, so this is a plain conversion; `seed` (the commands pass
+    `run.seed`, the one seed of a run) replaces the node's.
     """
     values = OmegaConf.to_container(conf, resolve=True) if isinstance(conf, DictConfig) else dict(vars(conf))
     if seed is not None:
@@ -174,7 +174,7 @@ def check_config(cfg: Any) -> EngineConfig:
     if cfg.hardware.vram_gib <= 0:
         raise ValueError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
     agent_config(cfg.agent)  # AgentConfig's own range checks
-    candidate = engine_config(cfg.engine)
+    candidate = engine_config(cfg.engine, cfg.run.seed)
     from engine.engine import Engine
 
     Engine.validate(candidate)  # option names and values, with the allowed ones in the message

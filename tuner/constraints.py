@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from engine.engine import EngineConfig
-from engine.memory import ModelShape, estimate_memory, largest_context
+from engine.memory import ModelShape, estimate_memory, largest_context, model_shape
 
 GIB = 1 << 30
 # Constraint name -> what a positive value means (for the report).
@@ -37,6 +37,18 @@ class MemoryFacts:
     ceiling_bytes: int
     overhead_bytes: int
     measured_on_cuda: bool
+
+
+def memory_facts(cfg: Any, models: Any, draft: str | None) -> MemoryFacts:
+    """The memory model's facts for a composed config and its loaded models (`draft`: the draft folder in use)."""
+    return MemoryFacts(
+        target=model_shape(cfg.model.target),
+        draft=model_shape(draft) if draft else None,
+        dtype=str(next(models.target.model.parameters()).dtype).removeprefix("torch."),
+        ceiling_bytes=int(cfg.hardware.vram_gib * GIB),
+        overhead_bytes=int(cfg.hardware.runtime_overhead_gib * GIB),
+        measured_on_cuda=models.target.device.type == "cuda",
+    )
 
 
 def drafted_length(config: EngineConfig) -> int:

@@ -27,9 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from engine.engine import EngineConfig
-from engine.memory import model_shape
 from runners.compare import Comparison
-from runners.config import GIB, agent_config, check_config
+from runners.config import agent_config, check_config
 from runners.interrupt import GracefulStop, Interrupted, until_stopped
 from runners.models import load_models
 from runners.outputs import dumps_strict, write_atomic
@@ -155,15 +154,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         if stop.requested:
             raise Interrupted(stop, "while loading")
         torch_device = models.target.device
-        dtype = str(next(models.target.model.parameters()).dtype).removeprefix("torch.")
-        memory = constraints.MemoryFacts(
-            target=model_shape(cfg.model.target),
-            draft=model_shape(draft) if draft else None,
-            dtype=dtype,
-            ceiling_bytes=int(cfg.hardware.vram_gib * GIB),
-            overhead_bytes=int(cfg.hardware.runtime_overhead_gib * GIB),
-            measured_on_cuda=torch_device.type == "cuda",
-        )
+        memory = constraints.memory_facts(cfg, models, draft)
         if torch_device.type != "cuda":
             console.print(
                 f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "

@@ -20,6 +20,8 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tuner.tracking import STUDY_TAG, TRIAL_TAG
@@ -64,11 +66,19 @@ def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
     return f"{base}/#/compare-runs?{query}"
 
 
-def snapshot(uri: str, experiment: str, study: str, out: Path, width: int = 1600, height: int = 1200) -> Path:
-    """Serve `uri`, open the comparison of `study`'s trial runs in headless Chromium, save `out`."""
-    browser = next((b for b in BROWSERS if shutil.which(b)), None)
-    if browser is None:
-        raise RuntimeError(f"no headless browser found ({', '.join(BROWSERS)}); apt-get install -y chromium")
+def run_tags(run: dict) -> dict[str, str]:
+    """A REST run's tags as a dict."""
+    return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+def run_metrics(run: dict) -> dict[str, float]:
+    """A REST run's latest metric values as a dict."""
+    return {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
+
+
+@contextmanager
+def served(uri: str) -> Iterator[str]:
+    """`mlflow server` on `uri`, on 127.0.0.1 at a free port, until the block ends; yields its base URL."""
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1"]
@@ -76,37 +86,11 @@ def snapshot(uri: str, experiment: str, study: str, out: Path, width: int = 1600
         [*command, "--port", str(port), "--workers", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        start_new_session=True,  # its own process group: its workers stop with it
     )
     try:
         _wait(base, server)
-        exp = _get(
-            base, "/api/2.0/mlflow/experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": experiment})
-        )
-        exp_id = exp["experiment"]["experiment_id"]
-        runs = _post(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp_id], "max_results": 1000})["runs"]
-
-        def tags(run: dict) -> dict:
-            return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
-
-        parents = [r for r in runs if tags(r).get(STUDY_TAG) == study and tags(r).get("spectune.kind") == "study"]
-        if not parents:
-            raise RuntimeError(f"no study {study!r} in experiment {experiment!r} of {uri}")
-        parent = parents[0]["info"]["run_id"]
-        children = [r for r in runs if tags(r).get("mlflow.parentRunId") == parent]
-        children.sort(key=lambda r: int(tags(r).get(TRIAL_TAG, 0)))
-        url = compare_url(base, exp_id, [r["info"]["run_id"] for r in children])
-        out.parent.mkdir(parents=True, exist_ok=True)
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={width},{height}"]
-        shot = ["--virtual-time-budget=20000", f"--screenshot={out.resolve()}", url]  # time for the UI to render
-        subprocess.run(
-            [browser, *flags, *shot],
-            check=True,
-            timeout=180,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        return out
+        yield base
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -114,6 +98,35 @@ def snapshot(uri: str, experiment: str, study: str, out: Path, width: int = 1600
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def study_runs(base: str, experiment: str, study: str) -> tuple[str, dict, list[dict]]:
+    """Through the REST API: (experiment id, the study's parent run, its child runs in trial order)."""
+    query = urllib.parse.urlencode({"experiment_name": experiment})
+    exp_id = _get(base, f"/api/2.0/mlflow/experiments/get-by-name?{query}")["experiment"]["experiment_id"]
+    runs = _post(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp_id], "max_results": 1000})["runs"]
+    parents = [r for r in runs if run_tags(r).get(STUDY_TAG) == study and run_tags(r).get("spectune.kind") == "study"]
+    if not parents:
+        raise RuntimeError(f"no study {study!r} in experiment {experiment!r}")
+    parent = parents[0]
+    children = [r for r in runs if run_tags(r).get("mlflow.parentRunId") == parent["info"]["run_id"]]
+    children.sort(key=lambda r: int(run_tags(r).get(TRIAL_TAG, 0)))
+    return exp_id, parent, children
+
+
+def snapshot(uri: str, experiment: str, study: str, out: Path, width: int = 1600, height: int = 1200) -> Path:
+    """Serve `uri`, open the comparison of `study`'s trial runs in headless Chromium, save `out`."""
+    browser = next((b for b in BROWSERS if shutil.which(b)), None)
+    if browser is None:
+        raise RuntimeError(f"no headless browser found ({', '.join(BROWSERS)}); apt-get install -y chromium")
+    with served(uri) as base:
+        exp_id, _, children = study_runs(base, experiment, study)
+        url = compare_url(base, exp_id, [r["info"]["run_id"] for r in children])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={width},{height}"]
+        shot = ["--virtual-time-budget=20000", f"--screenshot={out.resolve()}", url]  # time for the UI to render
+        subprocess.run([browser, *flags, *shot], check=True, timeout=180, capture_output=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
