@@ -282,6 +282,46 @@ def render(report: dict[str, Any]) -> None:
                     f" at new token {row['first_divergence']}"
                 )
     console.print(f"[dim]tokens per target forward: {s['tokens_per_target_forward']}[/]")
+    render_costs(report, console)
+
+
+def render_costs(report: dict[str, Any], console) -> None:
+    """The cost profile (t_1, R_k per model) and, per drafter, the bound E / (R + C) beside the measurement."""
+    from rich.table import Table
+
+    costs = report.get("costs") or {}
+    profile = Table(
+        title="Cost profile: one forward over k new tokens, R_k = t_k / t_1 (medians; runners/bench_costs.py)"
+    )
+    ks = sorted((costs.get("target") or {}).get("R", {}))
+    for col in ("model", "context", "t_1 ms", *[f"R_{k}" for k in ks[1:]]):
+        profile.add_column(col, justify="left" if col == "model" else "right")
+    for name in ("target", "draft"):
+        c = costs.get(name)
+        if c:
+            profile.add_row(name, str(c["context"]), f"{c['t_s'][1] * 1e3:.2f}", *[f"{c['R'][k]:.2f}" for k in ks[1:]])
+    console.print(profile)
+    limits = Table(title="How close to the limit: generation ON / OFF against E / (R + C), R = d·R_k + (1 - d)")
+    cols = ("drafter", "E (tokens/step vs plain)", "k", "d (drafting steps)", "R", "C", "bound", "measured ON/OFF")
+    for col in (*cols, "measured / bound"):
+        limits.add_column(col, justify="left" if col == "drafter" else "right")
+
+    def f(v: float | None, spec: str = ".2f") -> str:
+        return "-" if v is None else format(v, spec)
+
+    for drafter, row in (report.get("limits") or {}).items():
+        limits.add_row(
+            drafter,
+            f(row["E"]),
+            str(row["k"]),
+            f(row["drafting_share"]),
+            f(row["R"]),
+            f(row["C"], ".3f"),
+            f(row["bound"]),
+            f(row["measured_on_vs_off"]),
+            f(row["measured_over_bound"]),
+        )
+    console.print(limits)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import torch
 
 from engine.engine import Engine, EngineConfig
 from engine.loading import LoadedModel, load_model
+from runners.bench_costs import forward_costs, limit_rows
 from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
 PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
@@ -402,6 +403,7 @@ def measure(
                         "accepted": s.accepted,
                         "acceptance_rate": s.acceptance_rate,
                         "mean_accepted_length": s.mean_accepted_length,
+                        "draft_s": s.time_s.get("draft", 0.0),  # drafting time of the warm-up pass (bench costs' C)
                     }
                     acceptance[c.name]["engine_stats"] = mine
                     acceptance[c.name]["hook_matches_engine_stats"] = all(
@@ -604,8 +606,17 @@ def run_engine_bench(
         draft_m.model if draft_m is not None else None,
         progress=progress,
     )
+    # Cost profile on the longest prompt (the context a verification sees), after the timed passes.
+    longest = max(prompts, key=len)
+    target_costs = forward_costs(target, longest, repeats=max(repeats, 5))
+    draft_costs = forward_costs(draft_m, longest, repeats=max(repeats, 5)) if draft_m is not None else None
     setup["load_average_1m"]["end"] = _load()
-    return build_report(meas, cases, skipped, names, setup)
+    report = build_report(meas, cases, skipped, names, setup)
+    report["costs"] = {"target": target_costs, "draft": draft_costs}
+    ratio_keys = {"ngram": "ngram_on_vs_off", "suffix": "suffix_on_vs_off", "draft_model": "draft_on_vs_off"}
+    on_vs_off = {drafter: report.get(key) for drafter, key in ratio_keys.items()}
+    report["limits"] = limit_rows(report["acceptance"], on_vs_off, target_costs, draft_costs, gamma)
+    return report
 
 
 def _load() -> float | None:

@@ -209,6 +209,8 @@ def _log(tracker, summary, outcomes, paths, tags, status, console) -> None:
                 "improvements": len(summary["improvements"]),
                 "diverged_tasks": len(summary["diverged_tasks"]),
                 "speedup": summary["speedup"],
+                "cost_verify_over_step": summary["cost_ratios"]["verify_over_step"],
+                "cost_draft_over_verify": summary["cost_ratios"]["draft_over_verify"],
             }
         )
         tracker.log_artifacts(paths)

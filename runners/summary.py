@@ -178,6 +178,10 @@ def summarize(
         ],
         "diverged_tasks": [r["instance_id"] for r in rows if r["first_divergence"] is not None],
         "speedup": _speedup(sides),
+        "cost_ratios": cost_ratios(
+            [o.candidate for o in outcomes if o.candidate is not None],
+            [o.baseline for o in outcomes if o.baseline is not None],
+        ),
         "lossy": lossy,
         "greedy": greedy,
         "repeats": repeats,
@@ -186,6 +190,28 @@ def summarize(
     summary.update(extra or {})
     assert set(SIDES) <= summary.keys()
     return summary
+
+
+def cost_ratios(candidate: list[SideRun], baseline: list[SideRun]) -> dict[str, float | None]:
+    """R = one verify forward ÷ one plain step (OFF's), C = drafting time ÷ verify time, from the engine's timers.
+
+    Measured inside the agent's episodes (real contexts, real draft lengths), so they describe this run;
+    `python -m runners.bench engine` gives the controlled profile (R_k for each k, t_1).
+    """
+    cand = sum((r.stats for r in candidate), GenerationStats())
+    base = sum((r.stats for r in baseline), GenerationStats())
+
+    def per_step(stats: GenerationStats) -> float | None:
+        steps = stats.emitting_forwards
+        return stats.time_s.get("verify", 0.0) / steps if steps else None
+
+    verify, step = per_step(cand), per_step(base)
+    return {
+        "verify_over_step": verify / step if verify and step else None,
+        "draft_over_verify": cand.time_s.get("draft", 0.0) / cand.time_s["verify"]
+        if cand.time_s.get("verify")
+        else None,
+    }
 
 
 def _speedup(sides: dict[str, dict[str, Any]]) -> float | None:

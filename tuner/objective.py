@@ -29,12 +29,11 @@ import torch
 
 from agents.loop import AgentConfig
 from engine.engine import EngineConfig
-from engine.stats import GenerationStats
 from runners.compare import Comparison
 from runners.interrupt import GracefulStop, until_stopped
 from runners.models import Models
-from runners.outcomes import SideRun, TaskOutcome
-from runners.summary import summarize
+from runners.outcomes import TaskOutcome
+from runners.summary import cost_ratios, summarize
 from tasks.environment import TaskEnvironment
 from tasks.sandbox.owner import owner_token
 from tasks.schema import Instance
@@ -55,23 +54,6 @@ class CandidateCrashed(Exception):
 
 class TrialInterrupted(Exception):
     """A stop was requested during the trial; it is recorded as FAIL and re-queued on resume."""
-
-
-def cost_ratios(candidate: list[SideRun], baseline: list[SideRun]) -> dict[str, float | None]:
-    """R = one verify forward ÷ one plain step, C = drafting time ÷ verify time, from the engine's own timers."""
-    cand = sum((r.stats for r in candidate), GenerationStats())
-    base = sum((r.stats for r in baseline), GenerationStats())
-
-    def per_step(stats: GenerationStats) -> float | None:
-        steps = stats.emitting_forwards
-        return stats.time_s.get("verify", 0.0) / steps if steps else None
-
-    verify, step = per_step(cand), per_step(base)
-    draft = cand.time_s.get("draft", 0.0)
-    return {
-        "verify_over_step": verify / step if verify and step else None,
-        "draft_over_verify": draft / cand.time_s["verify"] if cand.time_s.get("verify") else None,
-    }
 
 
 class Objective:

@@ -1,0 +1,110 @@
+"""Cost profile of the engine's forward: t_1 and R_k = t_k / t_1, the draft cost C, and the analytic bound.
+
+Speculation pays when verifying k = gamma + 1 tokens costs about one step (R_k close to 1) and drafting
+is cheap (C small). Measured through the engine's own `Forward` and KV cache, as a decode step runs:
+a prompt is prefilled once, then each timed forward appends k tokens and the cache is cropped back
+(the engine's rollback), k = 1..8 interleaved so drift hits every k alike; medians over repeats.
+
+The bound (Leviathan et al.; the seeds' speedup formula): a step emits E tokens on average (accepted
+draft tokens + the target's own) and costs R_k + C plain steps, so generation ON ÷ OFF <= E / (R_k + C).
+With C measured, R_k measured and E measured on the same prompts, measured ÷ bound says how close the
+decode loop comes to what its costs allow.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from engine.kv import Forward, crop_cache, new_cache
+from engine.loading import LoadedModel
+
+KS = tuple(range(1, 9))
+
+
+def forward_costs(model: LoadedModel, prompt: list[int], repeats: int = 7, ks: tuple[int, ...] = KS) -> dict[str, Any]:
+    """Median seconds of one forward over k new tokens after `prompt`, and R_k = t_k / t_1 (per repeat too)."""
+    forward = Forward(model.model)
+    cache = new_cache(model.model)
+    vocab = int(model.model.config.vocab_size)
+    with torch.inference_mode():
+        forward(cache, list(prompt), keep=1)
+        base = len(prompt)
+        tokens = [(t * 7919 + 13) % vocab for t in range(max(ks))]  # fixed, arbitrary ids: cost does not depend on them
+        for k in ks:  # untimed: first-call allocations, the cache's growth
+            forward(cache, tokens[:k], keep=k)
+            crop_cache(cache, base)
+        times: dict[int, list[float]] = {k: [] for k in ks}
+        for _ in range(repeats):
+            for k in ks:
+                t0 = time.perf_counter()
+                forward(cache, tokens[:k], keep=k)  # verification keeps the logits of every fed row
+                times[k].append(time.perf_counter() - t0)
+                crop_cache(cache, base)
+    t = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "context": base,
+        "t_s": t,
+        "R": {k: t[k] / t[1] for k in ks},
+        "R_per_repeat": {k: [a / b for a, b in zip(times[k], times[1], strict=True)] for k in ks},
+        "repeats": repeats,
+    }
+
+
+def bound(tokens_per_step: float, r: float, c: float) -> float:
+    """The analytic speedup limit E / (R + C): E tokens per step at R + C plain steps of cost."""
+    return tokens_per_step / (r + c)
+
+
+def limit_rows(
+    acceptance: dict[str, Any],
+    on_vs_off: dict[str, float | None],
+    target_costs: dict[str, Any],
+    draft_costs: dict[str, Any] | None,
+    gamma: int,
+) -> dict[str, dict[str, Any]]:
+    """Per spectune drafter: E, the verify cost R, the draft cost C, the bound and measured ON/OFF ÷ bound.
+
+    From the warm-up pass's counts (prefill included on both sides): E = target forwards of plain decoding
+    ÷ those of the drafter for the same tokens (tokens per step relative to plain). A step verifies
+    k = round(mean draft length) + 1 rows when it drafted and one otherwise, so the verify cost of an
+    average step is R = d·R_k + (1 - d) with d the share of decode steps that drafted. C = drafting time
+    per decode step ÷ t_1: for draft_model, mean draft length one-token draft forwards (the draft's own
+    t_1) on the drafting steps; for lookup drafters the engine's measured drafting time.
+    """
+    plain = (acceptance.get("spectune_plain") or {}).get("tokens_per_target_forward") or 1.0
+    t1 = target_costs["t_s"][1]
+    rows: dict[str, dict[str, Any]] = {}
+    cases = (("spectune_ngram", "ngram"), ("spectune_suffix", "suffix"), ("spectune_draft_model", "draft_model"))
+    for case, drafter in cases:
+        a = acceptance.get(case)
+        if a is None:
+            continue
+        e = (a.get("tokens_per_target_forward") or 0.0) / plain
+        prefills = len(a.get("per_prompt") or []) or 1
+        steps = max((a.get("target_forwards") or 0) - prefills, 1)
+        d = min((a.get("drafts") or 0) / steps, 1.0)
+        length = a.get("mean_draft_length") or gamma
+        k = min(max(round(length) + 1, 1), max(target_costs["R"]))
+        r = d * target_costs["R"][k] + (1.0 - d)
+        stats = a.get("engine_stats") or {}
+        if drafter == "draft_model" and draft_costs is not None:
+            c = d * length * draft_costs["t_s"][1] / t1
+        else:
+            c = (stats.get("draft_s") or 0.0) / steps / t1
+        b = bound(e, r, c) if e else None
+        measured = on_vs_off.get(drafter)
+        rows[drafter] = {
+            "E": e,
+            "k": k,
+            "drafting_share": d,
+            "R": r,
+            "C": c,
+            "bound": b,
+            "measured_on_vs_off": measured,
+            "measured_over_bound": measured / b if measured and b else None,
+        }
+    return rows
