@@ -13,8 +13,9 @@ from typing import Any
 from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
 from engine.drafters import DRAFTERS, Drafter, DrafterResources, drafter_options_class, make_drafter
 from engine.drafters.suffix import SuffixOptions, new_shared_index
+from engine.forward import Forward
 from engine.gamma import GammaPolicy
-from engine.kv import Forward, position_limit
+from engine.kv import position_limit
 from engine.loading import LoadedModel, check_same_tokenizer
 from engine.options import build_options, split_options
 from engine.sampling import SamplingParams

@@ -1,12 +1,9 @@
-"""Model forwards over a growing KV cache, and cache cropping (rollback).
+"""The KV cache: a growing (and sliding-window) layer that crops anywhere, cache cropping (rollback), sizes.
 
-One place knows how transformers names things (the cache keyword changed from
-`past_key_values` to `cache` in transformers 5.2x), so the decode loop and the drafters stay plain.
+The model forward over it lives in engine/forward.py.
 """
 
 from __future__ import annotations
-
-import inspect
 
 import torch
 from transformers import DynamicCache
@@ -160,44 +157,3 @@ def kv_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def kv_bytes(cache: DynamicCache) -> int:
     """Bytes held by the cache tensors."""
     return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv_tensors(cache))
-
-
-def _cache_keyword(model: torch.nn.Module) -> str:
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-class Forward:
-    """Calls a causal LM on new tokens at known positions, appending to a KV cache."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.device = next(model.parameters()).device
-        self._cache_kw = _cache_keyword(model)
-
-    @torch.inference_mode()
-    def __call__(
-        self,
-        cache: DynamicCache,
-        tokens: list[int],
-        keep: int = 1,
-        hidden: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits of the last `keep` positions [keep, V] (and last hidden states [keep, h] if asked).
-
-        Positions are taken from the cache length (host-side int), so the caller keeps the cache
-        cropped to exactly the tokens it has committed.
-        """
-        start = cache.get_seq_length()
-        ids = torch.tensor([tokens], device=self.device)  # [1, n]
-        pos = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, n]
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=keep,
-            output_hidden_states=hidden,
-            **{self._cache_kw: cache},
-        )
-        last_hidden = out.hidden_states[-1][0, -keep:] if hidden else None
-        return out.logits[0], last_hidden  # [keep, V], [keep, h]

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from engine.kv import Forward, crop_cache, new_cache
+from engine.forward import Forward
+from engine.kv import crop_cache, new_cache
 from engine.loading import LoadedModel
 
 KS = tuple(range(1, 9))

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterResources
-from engine.kv import Forward, crop_cache, new_cache, position_limit
+from engine.forward import Forward
+from engine.kv import crop_cache, new_cache, position_limit
 from engine.sampling import effective_probs, sample
 
 

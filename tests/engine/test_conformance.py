@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from engine.engine import Engine, EngineConfig
-from engine.kv import Forward, SlidingGrowingLayer, kv_tensors, new_cache
+from engine.forward import Forward
+from engine.kv import SlidingGrowingLayer, kv_tensors, new_cache
 from engine.loading import LoadedModel
 from engine.stats import GenerationStats
 from engine.testing import SLIDING_WINDOW, perturbed_copy, random_model
