@@ -236,10 +236,10 @@ def measure_grid(cfg, space_node: dict[str, Any], study_dir: Path, console) -> d
     import torch
     from omegaconf import OmegaConf
 
-    from runners.config import agent_config, check_config
+    from runners.config import check_config
     from runners.models import load_models
     from tasks.environment import make_environment
-    from tuner.objective import Objective
+    from tuner.objective import Objective, settings_from
     from tuner.search import check_tuner
 
     base = check_config(cfg)
@@ -268,15 +268,11 @@ def measure_grid(cfg, space_node: dict[str, Any], study_dir: Path, console) -> d
             models=models,
             instances=instances,
             environment=environment,
-            agent=agent_config(cfg.agent),
             space=space,
             base=base,
             study_dir=study_dir,
-            repeats=cfg.run.repeats,
-            warmup=cfg.run.warmup,
             memory=constraints.memory_facts(cfg, models, draft),
-            max_regressions=cfg.tuner.max_regressions,
-            model_name=cfg.model.name,
+            **settings_from(cfg),
         )
         wall_s = run_grid(study, make_objective, 1 + len(points), cfg.run.progress, console)
     finally:

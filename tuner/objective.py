@@ -56,6 +56,19 @@ class TrialInterrupted(Exception):
     """A stop was requested during the trial; it is recorded as FAIL and re-queued on resume."""
 
 
+def settings_from(cfg: Any) -> dict[str, Any]:
+    """The Objective arguments a composed tune config decides (agent limits, repeats, warm-up, quality, names)."""
+    from runners.config import agent_config
+
+    return {
+        "agent": agent_config(cfg.agent),
+        "repeats": cfg.run.repeats,
+        "warmup": cfg.run.warmup,
+        "max_regressions": cfg.tuner.max_regressions,
+        "model_name": cfg.model.name,
+    }
+
+
 class Objective:
     """Callable for `study.optimize`: models, tasks and the baseline are loaded once and shared by every trial."""
 
@@ -203,9 +216,10 @@ class Objective:
         )
         side = summary["candidate"]
         figures = constraints.memory_figures(config, self.memory, self.baseline.needed_context)
-        measured = self.memory.measured_on_cuda and side["peak_memory_bytes"]
-        memory_bytes = int(side["peak_memory_bytes"]) if measured else figures["estimate_bytes"]
-        self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=memory_bytes)
+        # On CUDA the engine's measured peak; elsewhere (None) the memory model's estimate.
+        peak = int(side["peak_memory_bytes"]) if self.memory.measured_on_cuda and side["peak_memory_bytes"] else None
+        self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
+        memory_bytes = figures["estimate_bytes"] if peak is None else peak
         off = self.baseline.summary["seconds_per_success"]
         on = side["seconds_per_success"]
         trial.set_user_attr("speedup", off / on if off and on else None)
@@ -255,7 +269,7 @@ class Objective:
             "agent_time_s": side["agent_time_s"],
             "memory_bytes": memory_bytes if memory_bytes is not None else figures["estimate_bytes"],
             "memory_estimate_bytes": figures["estimate_bytes"],
-            "memory_source": "measured" if memory_bytes != figures["estimate_bytes"] and memory_bytes else "estimate",
+            "memory_source": "estimate" if memory_bytes is None else "measured",
             "largest_context": figures["largest_context"],
             "max_context_tokens": side["max_context_tokens"],
         }

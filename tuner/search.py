@@ -14,9 +14,10 @@ configuration or input: one line on stderr, exit 2.
 
 from __future__ import annotations
 
+import json
 import random
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from tuner import study as studies
 from tuner.baseline import drift, load_baseline
 from tuner.config import register_tune_configs
 from tuner.confirm import CONFIRMATION_FILE, confirm
-from tuner.objective import Objective
+from tuner.objective import Objective, settings_from
 from tuner.plots import save_study_plots
 from tuner.report import StudyProgress, trials_table
 from tuner.space import load_space
@@ -77,7 +78,8 @@ def runner_config(cfg: DictConfig, engine: EngineConfig) -> dict[str, Any]:
     data["engine"] = asdict(engine)
     data["task"].update(split=cfg.tuner.confirm_split, limit=cfg.tuner.confirm_limit, subset="spread")
     data["run"].update(name=f"{cfg.study.name}-confirmed", repeats=cfg.tuner.confirm_repeats)
-    data["run"].pop("resume", None), data["run"].pop("overwrite", None)
+    for key in ("resume", "overwrite"):  # a rerun starts a run of its own
+        data["run"].pop(key, None)
     return data
 
 
@@ -207,17 +209,13 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             models=models,
             instances=instances,
             environment=environment,
-            agent=agent_config(cfg.agent),
             space=space,
             base=base,
             study_dir=study_dir,
-            repeats=cfg.run.repeats,
-            warmup=cfg.run.warmup,
             memory=memory,
-            max_regressions=tuner.max_regressions,
             stop=stop,
-            model_name=cfg.model.name,
             baseline=record,
+            **settings_from(cfg),
             on_task=progress.task_done,
         )
         left = studies.budget_left(study, tuner.trials) + (1 if record is None else 0)
@@ -319,8 +317,6 @@ def _wide(console: Console) -> Console:
 
 def _confirmation(cfg, best, models, held_out, environment, agent, study_dir, stop, console) -> dict[str, Any]:
     """The best configuration against a live OFF on held-out tasks (reused when already confirmed)."""
-    import json
-
     path = study_dir / CONFIRMATION_FILE
     if path.is_file():
         old = json.loads(path.read_text())
@@ -328,7 +324,7 @@ def _confirmation(cfg, best, models, held_out, environment, agent, study_dir, st
             console.print(f"confirmation of trial {best.number} reused from {path}")
             return old
     tuner = cfg.tuner
-    engine = replace(EngineConfig(**best.user_attrs["engine"]))
+    engine = EngineConfig(**best.user_attrs["engine"])
     console.print(
         f"confirming trial {best.number} ({engine.drafter}) on {cfg.task.name}/{tuner.confirm_split}: "
         f"{len(held_out)} task(s) x {tuner.confirm_repeats} repeat(s), OFF vs ON live"

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from runners.outputs import write_atomic
 from tasks.sandbox.owner import is_alive
 from tuner import constraints
 from tuner.objective import ROLE
@@ -165,7 +166,5 @@ def write_trials(study: optuna.Study, study_dir: Path) -> Path:
     """Rewrite trials.jsonl from the storage (the storage is the truth; this is its readable copy)."""
     path = study_dir / TRIALS_FILE
     rows = [trial_row(t) for t in study.get_trials(deepcopy=False) if t.state in FINISHED]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, default=str, allow_nan=False) + "\n" for r in rows))
-    tmp.replace(path)
+    write_atomic(path, "".join(json.dumps(r, default=str, allow_nan=False) + "\n" for r in rows))
     return path

@@ -7,13 +7,12 @@ reopens its parent run (found by the `spectune.study` tag) and logs only trials 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from runners.tracking import MlflowTracker, _tags, default_uri, flatten_params
+from runners.tracking import MlflowTracker, _number, _tags, default_uri, flatten_params
 from tuner import constraints
 from tuner.study import role
 
@@ -38,30 +37,24 @@ TRIAL_METRICS = (
 )
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def trial_metrics(trial: FrozenTrial) -> dict[str, list[tuple[int, float]]]:
     """A trial's metrics: objective, constraints, figures, and per-task / per-position series by step."""
     attrs = trial.user_attrs
     metrics: dict[str, list[tuple[int, float]]] = {}
-    if trial.value is not None and (v := _finite(trial.value)) is not None:
+    if trial.value is not None and (v := _number(trial.value)) is not None:
         metrics["objective_seconds_per_success"] = [(0, v)]
     for key in TRIAL_METRICS:
-        if (v := _finite(attrs.get(key))) is not None:
+        if (v := _number(attrs.get(key))) is not None:
             metrics[key] = [(0, v)]
     for name in constraints.CONSTRAINTS:
-        if (v := _finite(attrs.get(constraints.ATTR_PREFIX + name))) is not None:
+        if (v := _number(attrs.get(constraints.ATTR_PREFIX + name))) is not None:
             metrics[f"constraint_{name}"] = [(0, v)]
     metrics["regressions"] = [(0, float(len(attrs.get("regressions") or [])))]
     metrics["diverged_tasks"] = [(0, float(len(attrs.get("diverged_tasks") or [])))]
     metrics["task_ratio"] = [(int(s), float(v)) for s, v in attrs.get("task_values") or []]
     metrics["acceptance_by_position"] = [(i, float(r)) for i, r in enumerate(attrs.get("acceptance_by_position") or [])]
     for key, value in (attrs.get("cost_ratios") or {}).items():
-        if (v := _finite(value)) is not None:
+        if (v := _number(value)) is not None:
             metrics[f"cost_{key}"] = [(0, v)]
     return {k: v for k, v in metrics.items() if v}
 
@@ -122,7 +115,7 @@ class StudyTracker(MlflowTracker):
 
     def log_study(self, metrics: dict[str, Any], tags: dict[str, Any]) -> None:
         """Study-level figures (best value, drift, confirmation) on the parent."""
-        values = {k: [(0, float(v))] for k, v in metrics.items() if _finite(v) is not None}
+        values = {k: [(0, float(v))] for k, v in metrics.items() if _number(v) is not None}
         self._log(self._require_open(), metrics=values, tags=_tags(tags))
 
 
