@@ -9,6 +9,17 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+MIN_CAPACITY = 256  # positions a growing layer reserves at least
+
+
+def capacity_bound(tokens: int) -> int:
+    """The most positions a growing layer holding `tokens` can have allocated.
+
+    It grows only when full, to max(needed, 2 x capacity, MIN_CAPACITY): after a growth the old
+    capacity was below `needed`, so the new one is below 2 x needed (or is MIN_CAPACITY).
+    """
+    return max(MIN_CAPACITY, 2 * tokens)
+
 
 class GrowingLayer(DynamicLayer):
     """A full-attention KV layer that appends in place into preallocated, doubling storage.
@@ -28,7 +39,7 @@ class GrowingLayer(DynamicLayer):
     def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
         if self._k.dim() == 4 and needed <= self._k.shape[-2]:
             return
-        capacity = max(needed, 2 * (self._k.shape[-2] if self._k.dim() == 4 else 0), 256)
+        capacity = max(needed, 2 * (self._k.shape[-2] if self._k.dim() == 4 else 0), MIN_CAPACITY)
         b, h, _, d = key_states.shape
         k = key_states.new_empty((b, h, capacity, d))  # [b, kv_heads, capacity, head_dim]
         v = value_states.new_empty((b, h, capacity, value_states.shape[-1]))

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 
 from engine.engine import EngineConfig
+from engine.kv import capacity_bound
 from engine.memory import ModelShape, estimate_memory, largest_context, model_shape
 
 GIB = 1 << 30
@@ -58,19 +59,12 @@ def drafted_length(config: EngineConfig) -> int:
     return config.max_gamma if config.gamma_policy == "heuristic" else config.gamma
 
 
-def reserved_length(tokens: int) -> int:
-    """KV positions the engine's growing cache holds allocated for `tokens` (engine/kv.py: doublings, at least 256)."""
-    capacity = 256
-    while capacity < tokens:
-        capacity *= 2
-    return capacity
-
-
 def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int) -> dict[str, Any]:
     """Estimated bytes at the suite's needed context and the largest context that fits the ceiling.
 
-    The VRAM figure counts the KV the engine really allocates for the needed context (its cache grows by
-    doubling); the largest fitting context counts held tokens, as a server that preallocates `-c` does.
+    The VRAM figure counts the most KV the engine's growing cache can have allocated for the needed
+    context (engine.kv.capacity_bound); the largest fitting context counts held tokens, as a server
+    that preallocates `-c` does.
     """
     draft = facts.draft if config.drafter == "draft_model" else None
     kwargs = {
@@ -80,7 +74,7 @@ def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int
         "draft_dtype": facts.dtype if draft is not None else None,
         "overhead_bytes": facts.overhead_bytes,
     }
-    estimate = estimate_memory(facts.target, context=reserved_length(needed_context), **kwargs)
+    estimate = estimate_memory(facts.target, context=capacity_bound(needed_context), **kwargs)
     return {
         "estimate": estimate,
         "estimate_bytes": estimate.total,
@@ -102,7 +96,7 @@ def constraint_values(
     return {
         "vram_gib": (memory_bytes - ceiling_bytes) / GIB,
         "context_tokens": float(needed_context - fitting_context),
-        "regressions": float((regressions or 0) - max_regressions) if regressions is not None else 0.0,
+        "regressions": 0.0 if regressions is None else float(regressions - max_regressions),
         "no_success": 1.0 if successes == 0 else 0.0,
     }
 
