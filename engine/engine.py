@@ -13,7 +13,6 @@ from typing import Any
 from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
 from engine.drafters import DRAFTERS, Drafter, DrafterResources, drafter_options_class, make_drafter
 from engine.drafters.suffix import SuffixOptions, new_shared_index
-from engine.forward import Forward
 from engine.gamma import GammaPolicy
 from engine.kv import position_limit
 from engine.loading import LoadedModel, check_same_tokenizer
@@ -55,7 +54,7 @@ class Engine:
             if target.tokenizer is not None and draft.tokenizer is not None:
                 check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
         self.device = target.device
-        self.forward = Forward(target.model)
+        self.forward = target.forward  # built once per loaded model, shared by every engine on it
         self.context_limit = position_limit(target.model) or 1 << 30
         self.stop_tokens = frozenset(target.eos_token_ids)
         self.suffix_index = (

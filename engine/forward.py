@@ -1,17 +1,103 @@
-"""The one place that runs a model: new tokens at known positions over the KV cache, logits for the kept rows.
+"""The one place that runs a model: new tokens at known positions over a KV cache, logits for the kept rows.
 
 Every caller (the decode loop's prefill and verification, the draft model drafter, benchmarks) goes
-through `Forward`, so a faster numeric path or an engine-owned forward (issue 12) changes one file.
-It also knows how transformers names things (the cache keyword changed from `past_key_values` to
-`cache` in transformers 5.2x), so the decode loop and the drafters stay plain.
+through a forward built here, and makes its KV cache with that forward's `new_cache()`. The numeric
+path is chosen once per loaded model (weights packed once, never per step):
+
+    transformers  transformers' own forward (any architecture; the reference)
+    torch         the engine's Llama-family forward (engine/llama.py), linears through F.linear
+    onednn        the engine's Llama-family forward, linears through oneDNN with weights packed once (CPU)
+    graphs        the engine's Llama-family forward with decode / verify steps replayed from CUDA graphs over a
+                  static KV buffer (engine/graphs.py; CUDA only, opt-in until measured on a GPU)
+    auto          onednn on a CPU with oneDNN (fp32 / bf16, hidden size >= 256), else torch, for a covered
+                  architecture; transformers for any other (with a one-line note)
+
+A forward also reports each call to its `observers` (first position, fed tokens), which is how the
+benchmarks count target forwards whatever the path.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+from engine import llama
+from engine.kv import new_cache, position_limit
+
+log = logging.getLogger("spectune.forward")
+PATHS = ("auto", "transformers", "torch", "onednn", "graphs")
+# Below this width oneDNN's per-call overhead outweighs its flat cost in rows (measured: `python -m runners.bench
+# engine`, a 2x64 model runs t_1 0.41 ms on torch vs 0.72 ms on onednn; the bundled 4x256 target ties at t_1 and
+# onednn's R_5 is 1.1 against torch's 1.4).
+ONEDNN_MIN_WIDTH = 256
+GRAPH_CAPACITY = 8192  # positions of the graphs path's static KV buffer (at most the model's context)
+Observer = Callable[[int, list[int]], None]
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """Which numeric path a model runs on, and why (one line for every result's provenance)."""
+
+    path: str  # transformers | torch | onednn
+    dtype: str  # the weights' dtype, e.g. float32
+    reason: str
+
+    def describe(self) -> str:
+        """e.g. "onednn float32 (auto: engine llama forward, oneDNN-packed linears on CPU)"."""
+        return f"{self.path} {self.dtype} ({self.reason})"
+
+
+def check_path(path: str) -> str:
+    """`path` if it is a known forward path, else ValueError naming the allowed ones."""
+    if path not in PATHS:
+        raise ValueError(f"unknown forward path {path!r}; allowed: {', '.join(PATHS)}")
+    return path
+
+
+def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
+    """Resolve `path` for `model` (auto: the fastest path that computes the model's own maths)."""
+    check_path(path)
+    weight = next(model.parameters())
+    dtype = str(weight.dtype).removeprefix("torch.")
+    uncovered = llama.covers(model)
+    if path == "transformers":
+        return PathChoice("transformers", dtype, "forced: transformers' forward")
+    if path in ("torch", "onednn", "graphs"):
+        if uncovered is not None:
+            raise ValueError(
+                f"forward path {path!r} needs the engine's Llama forward, which does not cover {uncovered}"
+            )
+        if path == "onednn":
+            if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+                raise ValueError("forward path 'onednn' needs a CPU build of torch with oneDNN (mkldnn)")
+            if weight.dtype not in llama.ONEDNN_DTYPES:
+                allowed = ", ".join(str(d).removeprefix("torch.") for d in llama.ONEDNN_DTYPES)
+                raise ValueError(f"forward path 'onednn' runs {allowed}, not {dtype} (use forward=torch)")
+        if path == "graphs" and weight.device.type != "cuda":
+            raise ValueError("forward path 'graphs' needs a CUDA device (CUDA graphs); the model is on the CPU")
+        return PathChoice(path, dtype, f"forced: {_WHAT[path]}")
+    if uncovered is not None:
+        return PathChoice("transformers", dtype, f"auto: the engine's Llama forward does not cover {uncovered}")
+    width = int(model.config.hidden_size)
+    cpu = weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+    if cpu and weight.dtype in llama.ONEDNN_DTYPES and width >= ONEDNN_MIN_WIDTH:
+        return PathChoice("onednn", dtype, f"auto: {_WHAT['onednn']}")
+    why = (
+        f"hidden size {width} < {ONEDNN_MIN_WIDTH}" if cpu and weight.dtype in llama.ONEDNN_DTYPES else "no oneDNN path"
+    )
+    return PathChoice("torch", dtype, f"auto: {_WHAT['torch']} ({why})")
+
+
+_WHAT = {
+    "torch": "engine llama forward, F.linear",
+    "onednn": "engine llama forward, oneDNN-packed linears",
+    "graphs": "engine llama forward, F.linear, CUDA graphs for steps of up to 17 tokens",
+}
 
 
 def _cache_keyword(model: torch.nn.Module) -> str:
@@ -19,13 +105,23 @@ def _cache_keyword(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-class Forward:
-    """Calls a causal LM on new tokens at known positions, appending to a KV cache."""
+class TransformersForward:
+    """Calls a transformers causal LM on new tokens at known positions, appending to its DynamicCache.
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    It knows how transformers names things (the cache keyword changed from `past_key_values` to
+    `cache` in transformers 5.2x), so the decode loop and the drafters stay plain.
+    """
+
+    def __init__(self, model: torch.nn.Module, choice: PathChoice | None = None) -> None:
         self.model = model
         self.device = next(model.parameters()).device
+        self.choice = choice or choose_path(model, "transformers")
+        self.observers: list[Observer] = []
         self._cache_kw = _cache_keyword(model)
+
+    def new_cache(self) -> DynamicCache:
+        """An empty KV cache that grows in place and crops exactly (engine.kv.new_cache)."""
+        return new_cache(self.model)
 
     @torch.inference_mode()
     def __call__(
@@ -41,6 +137,8 @@ class Forward:
         cropped to exactly the tokens it has committed.
         """
         start = cache.get_seq_length()
+        for observe in self.observers:
+            observe(start, tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, n]
         pos = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, n]
         out = self.model(
@@ -53,3 +151,44 @@ class Forward:
         )
         last_hidden = out.hidden_states[-1][0, -keep:] if hidden else None
         return out.logits[0], last_hidden  # [keep, V], [keep, h]
+
+
+class EngineForward(llama.LlamaForward):
+    """The engine's Llama-family forward with the same interface (observers, choice) as TransformersForward."""
+
+    def __init__(self, model: torch.nn.Module, choice: PathChoice) -> None:
+        super().__init__(model, kernel="onednn" if choice.path == "onednn" else "torch")
+        self.model = model
+        self.choice = choice
+        self.observers: list[Observer] = []
+        self._graphs = None
+        if choice.path == "graphs":
+            from engine.graphs import GraphedSteps
+
+            eager = super().__call__
+            self._graphs = GraphedSteps(self, eager, min(position_limit(model) or GRAPH_CAPACITY, GRAPH_CAPACITY))
+
+    def new_cache(self) -> llama.LlamaCache:
+        """An empty KV cache (static, of the graphs' capacity, on the graphs path)."""
+        return self._graphs.new_cache() if self._graphs is not None else super().new_cache()
+
+    def __call__(self, cache, tokens, keep=1, hidden=False):
+        """Logits of the last `keep` positions [keep, V] (and last hidden states [keep, h] if asked)."""
+        for observe in self.observers:
+            observe(cache.get_seq_length(), tokens)
+        if self._graphs is not None:
+            return self._graphs(cache, tokens, keep, hidden)
+        return super().__call__(cache, tokens, keep, hidden)
+
+
+Forward = TransformersForward | EngineForward
+
+
+def make_forward(model: torch.nn.Module, path: str = "auto") -> Forward:
+    """The forward of `model` on `path` (see the module docstring), weights prepared once."""
+    choice = choose_path(model, path)
+    if choice.path == "transformers":
+        if path == "auto":  # one line, so a user knows why this model runs slower than a covered one
+            log.warning("note: %s runs on transformers' forward: %s", type(model).__name__, choice.reason)
+        return TransformersForward(model, choice)
+    return EngineForward(model, choice)

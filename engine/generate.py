@@ -16,6 +16,7 @@ from pathlib import Path
 from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
 from engine.engine import Engine, EngineConfig
+from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
 from engine.loading import LoadedModel, load_model
 from engine.options import parse_option_pairs
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | float64")
+    p.add_argument("--forward", default="auto", help=f"numeric path: {' | '.join(PATHS)} (engine/forward.py)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
@@ -68,13 +70,14 @@ def run(args: argparse.Namespace) -> dict:
     )
     # Validate names before loading weights, so a typo fails in milliseconds.
     Engine.validate(config)
-    target = load_model(args.model, device=args.device, dtype=args.dtype)
-    draft = load_model(args.draft, device=args.device, dtype=args.dtype) if args.draft else None
+    target = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward)
+    draft = load_model(args.draft, device=args.device, dtype=args.dtype, forward=args.forward) if args.draft else None
     engine = Engine(target, config, draft=draft)
     text = args.prompt if args.prompt is not None else args.prompt_file.read_text()
     result = engine.generate(encode_prompt(target, text, args.chat), args.max_new_tokens)
     out = result.to_dict()
     out["text"] = target.tokenizer.decode(result.tokens, skip_special_tokens=False)
+    out["forward"] = target.forward.choice.describe()
     return out
 
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"[{out['drafter']}/{out['acceptance']}{flag}] {s['new_tokens']} tokens, "
             f"{s['target_forwards']} target forwards, acceptance {s['acceptance_rate']:.2f}, "
-            f"mean accepted length {s['mean_accepted_length']:.2f}",
+            f"mean accepted length {s['mean_accepted_length']:.2f}; forward {out['forward']}",
             file=sys.stderr,
         )
     return 0

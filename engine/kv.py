@@ -148,23 +148,25 @@ def position_limit(model: torch.nn.Module) -> int | None:
     return int(limit) if limit else None
 
 
-def cache_length(cache: DynamicCache) -> int:
+def cache_length(cache) -> int:
     """Tokens held in the cache."""
     return cache.get_seq_length()
 
 
-def crop_cache(cache: DynamicCache, length: int) -> None:
+def crop_cache(cache, length: int) -> None:
     """Drop every cached position >= `length` (no-op if the cache is already that short)."""
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)  # transformers >= 5: a negative count removes that many positions
 
 
-def kv_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) per layer, each [batch, kv_heads, seq, head_dim]."""
+def kv_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer, each [batch, kv_heads, seq, head_dim] (a DynamicCache or the engine's LlamaCache)."""
+    if hasattr(cache, "kv_tensors"):
+        return cache.kv_tensors()
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def kv_bytes(cache: DynamicCache) -> int:
+def kv_bytes(cache) -> int:
     """Bytes held by the cache tensors."""
     return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv_tensors(cache))

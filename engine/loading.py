@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ import torch
 from huggingface_hub.errors import HFValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
+
+from engine.forward import check_path, make_forward
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 DTYPE_ALIASES: dict[str, torch.dtype] = {
@@ -72,18 +74,28 @@ def resolve_device(device: str) -> torch.device:
             "use --device cpu or --device auto"
         )
     if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
-        raise ValueError(
-            f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)"
-        )
+        raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)")
     return torch.device(name)
 
 
-def resolve_dtype(dtype: str, device: torch.device | str) -> torch.dtype:
-    """Turn a dtype name into a torch.dtype; "auto" is bfloat16 on CUDA and float32 on CPU."""
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 / AMX), so oneDNN runs bf16 faster than fp32."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_dtype(dtype: str, device: torch.device | str, checkpoint: torch.dtype | None = None) -> torch.dtype:
+    """Turn a dtype name into a torch.dtype.
+
+    "auto": bfloat16 on CUDA (float16 before Ampere). On a CPU: the checkpoint's own bfloat16 where the
+    CPU computes bf16 natively (its own precision, and oneDNN's fastest path there), else float32; a
+    float32 checkpoint is never cast down (`checkpoint` is its config's dtype, None when unknown).
+    """
     name = dtype.strip().lower()
     if name == "auto":
         if torch.device(device).type != "cuda":
-            # CPU bf16/fp16 matmuls are slow and lossy; float32 is the reference there.
+            if checkpoint == torch.bfloat16 and cpu_has_native_bf16():
+                return torch.bfloat16
+            # Without native bf16, bf16/fp16 matmuls are slow on a CPU; float32 holds either exactly.
             return torch.float32
         # Pre-Ampere GPUs lack fast bf16; fp16 keeps the memory saving there.
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -110,6 +122,15 @@ class LoadedModel:
     path: str
     device: torch.device
     dtype: torch.dtype
+    forward_path: str = "auto"  # auto | transformers | torch | onednn (engine/forward.py)
+    _forward: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def forward(self):
+        """This model's forward on its numeric path, built (weights fused and packed) on first use."""
+        if self._forward is None:
+            self._forward = make_forward(self.model, self.forward_path)
+        return self._forward
 
     @property
     def vocab_size(self) -> int:
@@ -146,15 +167,11 @@ def _local_folder(name: str) -> Path | None:
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise ModelNotFoundError(
-                f"model path {path} is a file; expected a model folder containing config.json"
-            )
+            raise ModelNotFoundError(f"model path {path} is a file; expected a model folder containing config.json")
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"model folder {path} has no config.json, so it is not a model folder")
         if not any((path / f).is_file() for f in _TOKENIZER_FILES):
-            raise ModelNotFoundError(
-                f"model folder {path} has no tokenizer (looked for {', '.join(_TOKENIZER_FILES)})"
-            )
+            raise ModelNotFoundError(f"model folder {path} has no tokenizer (looked for {', '.join(_TOKENIZER_FILES)})")
         return path.resolve()
     if _looks_like_path(name):
         raise ModelNotFoundError(f"model folder not found: looked for {path.absolute()} (from {name!r})")
@@ -162,8 +179,14 @@ def _local_folder(name: str) -> Path | None:
 
 
 # JSON files of a model folder that transformers parses; each is checked so a broken one is named.
-_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "model.safetensors.index.json")
+_JSON_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "model.safetensors.index.json",
+)
 
 
 def _cause(exc: BaseException) -> str:
@@ -185,6 +208,16 @@ def _read_json(path: Path) -> Any:
         raise ModelFileError(f"{path} is not valid JSON{where} ({reason})") from exc
 
 
+def _checkpoint_dtype(folder: Path) -> torch.dtype | None:
+    """The dtype a folder's config.json says its weights are in (`dtype`, older `torch_dtype`), if readable."""
+    try:
+        config = json.loads((folder / "config.json").read_bytes())
+    except (OSError, ValueError):
+        return None  # _check_folder_files reports a broken config with its name
+    name = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    return DTYPE_ALIASES.get(str(name).lower()) if name else None
+
+
 def _check_folder_files(folder: Path) -> list[Path]:
     """Check the folder's JSON files and safetensors headers; returns the safetensors weight files."""
     for name in _JSON_FILES:
@@ -194,9 +227,7 @@ def _check_folder_files(folder: Path) -> list[Path]:
                 raise ModelFileError(f"{folder / name} holds a JSON {type(data).__name__}, not an object")
     config = _read_json(folder / "config.json")
     if "model_type" not in config:
-        raise ModelFileError(
-            f"{folder / 'config.json'} has no 'model_type' key, so the architecture is unknown"
-        )
+        raise ModelFileError(f"{folder / 'config.json'} has no 'model_type' key, so the architecture is unknown")
     index = folder / "model.safetensors.index.json"
     if (folder / "model.safetensors").is_file():
         weights = [folder / "model.safetensors"]
@@ -265,9 +296,7 @@ def _from_pretrained(source: str | Path, dtype: torch.dtype, local_files_only: b
         )
     missing = sorted(info.get("missing_keys") or ())
     if missing:
-        raise ModelFileError(
-            f"the weights in {where} lack {len(missing)} tensor(s) the model needs, e.g. {missing[0]}"
-        )
+        raise ModelFileError(f"the weights in {where} lack {len(missing)} tensor(s) the model needs, e.g. {missing[0]}")
     return model
 
 
@@ -296,7 +325,7 @@ def _load_from_hub(repo_id: str, dtype: torch.dtype) -> tuple[PreTrainedModel, P
     return model, tokenizer
 
 
-def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto", forward: str = "auto") -> LoadedModel:
     """Load a model folder (or a cached hub id) and its tokenizer, in eval mode on `device` in `dtype`.
 
     A string that exists on disk, or looks like a path ("/x", "./x", "~/x", "a/b/c"), must be a folder with
@@ -304,11 +333,13 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto") 
     ModelFileError naming the broken file (nothing is printed while loading). Anything else is a hub id,
     loaded from the local Hugging Face cache only, so a missing model fails in milliseconds instead of
     after ~25 s of network retries per file; set SPECTUNE_ALLOW_HUB=1 to let it download. A hub id that
-    cannot be loaded raises ModelNotFoundError naming it and suggesting a local folder.
+    cannot be loaded raises ModelNotFoundError naming it and suggesting a local folder. `forward` is the
+    numeric path (engine/forward.py), checked here and applied when the model first runs.
     """
+    check_path(forward)
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
     folder = _local_folder(name_or_path)
+    torch_dtype = resolve_dtype(dtype, torch_device, _checkpoint_dtype(folder) if folder is not None else None)
     if folder is not None:
         weights = _check_folder_files(folder)
         where = ", ".join(str(w) for w in weights) or str(folder)
@@ -329,7 +360,9 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto") 
         path = name_or_path
     # Loaded on CPU then moved: placing weights directly on the GPU (device_map) requires accelerate.
     model = model.to(torch_device).eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, path=path, device=torch_device, dtype=torch_dtype)
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, path=path, device=torch_device, dtype=torch_dtype, forward_path=forward
+    )
 
 
 def _first_difference(a: dict[str, int], b: dict[str, int]) -> str:
@@ -366,6 +399,4 @@ def check_same_tokenizer(a: LoadedModel, b: LoadedModel) -> None:
             raise TokenizerMismatchError(f"{where}: {key} {value!r} vs {specials_b[key]!r}")
     ids_a, ids_b = a.tokenizer.encode(_PROBE_TEXT), b.tokenizer.encode(_PROBE_TEXT)
     if ids_a != ids_b:
-        raise TokenizerMismatchError(
-            f"{where}: same vocabulary but they encode text differently ({ids_a} vs {ids_b})"
-        )
+        raise TokenizerMismatchError(f"{where}: same vocabulary but they encode text differently ({ids_a} vs {ids_b})")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.kv import crop_cache, new_cache
+from engine.kv import crop_cache
 from engine.stats import GenerationStats
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class Session:
     def __init__(self, engine: Engine, seed: int) -> None:
         self.engine = engine
         self.history: list[int] = []  # every token so far; the KV holds history[:-1]
-        self.cache = new_cache(engine.target.model)
+        self.cache = engine.forward.new_cache()
         self.drafter = engine.new_drafter()
         self.policy = engine.new_gamma_policy()
         self.generator = torch.Generator(device=engine.device).manual_seed(seed)

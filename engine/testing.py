@@ -60,13 +60,14 @@ def random_model(
     logit_scale: float = 1.0,
     eos_token_id: int | None = None,
     max_positions: int = 512,
+    forward: str = "auto",
 ) -> LoadedModel:
     """A random-init causal LM wrapped as a LoadedModel (no tokenizer).
 
     `logit_scale` multiplies the LM head so the next-token distribution is peaked rather than
     near-uniform (random init gives logits of std ~0.3), which sampling tests need.
     float64 by default so greedy comparisons never hinge on last-bit ties. `max_positions` is the
-    context limit (`max_position_embeddings`; GPT-2's `n_positions`).
+    context limit (`max_position_embeddings`; GPT-2's `n_positions`); `forward` the numeric path.
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; allowed: {sorted(ARCHS)}")
@@ -92,8 +93,14 @@ def random_model(
     if logit_scale != 1.0:
         with torch.no_grad():
             model.lm_head.weight.mul_(logit_scale)
-    return LoadedModel(model=model, tokenizer=None, path=f"<random {arch} seed={seed}>",
-                       device=torch.device("cpu"), dtype=dtype)
+    return LoadedModel(
+        model=model,
+        tokenizer=None,
+        path=f"<random {arch} seed={seed}>",
+        device=torch.device("cpu"),
+        dtype=dtype,
+        forward_path=forward,
+    )
 
 
 def perturbed_copy(base: LoadedModel, noise: float, seed: int = 1, vocab: int | None = None) -> LoadedModel:
@@ -110,5 +117,11 @@ def perturbed_copy(base: LoadedModel, noise: float, seed: int = 1, vocab: int | 
             p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * scale)
         if vocab is not None and vocab > model.config.vocab_size:
             model.resize_token_embeddings(vocab)
-    return LoadedModel(model=model, tokenizer=base.tokenizer, path=f"{base.path}+noise{noise}",
-                       device=base.device, dtype=base.dtype)
+    return LoadedModel(
+        model=model,
+        tokenizer=base.tokenizer,
+        path=f"{base.path}+noise{noise}",
+        device=base.device,
+        dtype=base.dtype,
+        forward_path=base.forward_path,
+    )

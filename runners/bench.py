@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.forward import PATHS
 from runners.bench_engine import MIN_REPEATS, PROMPT_SETS, RATIOS
 from runners.bench_tuner import DEFAULT_GRID_FILE
 
@@ -66,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         help="torch CPU threads for the run (default: torch's default); restored afterwards",
+    )
+    eng.add_argument(
+        "--dtype",
+        default="float32",
+        help="weights of both models: float32 (default), bfloat16, float64, or auto (engine.loading's choice)",
+    )
+    eng.add_argument(
+        "--forward",
+        choices=PATHS,
+        default="auto",
+        help="spectune's numeric path (engine/forward.py; default auto); every path's costs are profiled anyway",
     )
     eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
     _tuner_parser(sub)
@@ -157,6 +169,8 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             args.quick,
             progress=not args.no_progress,
             prompt_set=args.prompts,
+            dtype=args.dtype,
+            forward=args.forward,
         )
     finally:
         torch.set_num_threads(threads)
@@ -217,7 +231,7 @@ def _fmt_params(n: int) -> str:
 def _model_line(m: dict[str, Any] | None) -> str:
     if m is None:
         return "none"
-    return f"{m['arch']} {m['layers']}x{m['hidden']} ({_fmt_params(m['parameters'])} params, {m['dtype']})"
+    return f"{m['arch']} {m['layers']}x{m['hidden']} ({_fmt_params(m['parameters'])} params, {m['forward']})"
 
 
 def _kinds(kinds: list[str]) -> str:
@@ -291,15 +305,27 @@ def render_costs(report: dict[str, Any], console) -> None:
 
     costs = report.get("costs") or {}
     profile = Table(
-        title="Cost profile: one forward over k new tokens, R_k = t_k / t_1 (medians; runners/bench_costs.py)"
+        title="Cost profile: one forward over k new tokens, R_k = t_k / t_1 (medians; runners/bench_costs.py);"
+        " * = the path the cases ran"
     )
     ks = sorted((costs.get("target") or {}).get("R", {}))
-    for col in ("model", "context", "t_1 ms", *[f"R_{k}" for k in ks[1:]]):
-        profile.add_column(col, justify="left" if col == "model" else "right")
-    for name in ("target", "draft"):
-        c = costs.get(name)
-        if c:
-            profile.add_row(name, str(c["context"]), f"{c['t_s'][1] * 1e3:.2f}", *[f"{c['R'][k]:.2f}" for k in ks[1:]])
+    for col in ("model", "path", "context", "t_1 ms", *[f"R_{k}" for k in ks[1:]]):
+        profile.add_column(col, justify="left" if col in ("model", "path") else "right")
+    paths = costs.get("paths") or {name: {"": costs[name]} for name in ("target", "draft") if costs.get(name)}
+    for name, by_path in paths.items():
+        chosen = (costs.get(name) or {}).get("path")
+        for path, c in by_path.items():
+            if "unavailable" in c:
+                profile.add_row(name, path, "-", "unavailable", c["unavailable"][:60])
+                continue
+            mark = " *" if c.get("path") == chosen else ""
+            profile.add_row(
+                name,
+                f"{path}{mark}",
+                str(c["context"]),
+                f"{c['t_s'][1] * 1e3:.2f}",
+                *[f"{c['R'][k]:.2f}" for k in ks[1:]],
+            )
     console.print(profile)
     limits = Table(title="How close to the limit: generation ON / OFF against E / (R + C), R = d·R_k + (1 - d)")
     cols = ("drafter", "E (tokens/step vs plain)", "k", "d (drafting steps)", "R", "C", "bound", "measured ON/OFF")

@@ -1,7 +1,7 @@
 """Cost profile of the engine's forward: t_1 and R_k = t_k / t_1, the draft cost C, and the analytic bound.
 
 Speculation pays when verifying k = gamma + 1 tokens costs about one step (R_k close to 1) and drafting
-is cheap (C small). Measured through the engine's own `Forward` and KV cache, as a decode step runs:
+is cheap (C small). Measured through the model's own forward (its numeric path) and KV cache, as a decode step runs:
 a prompt is prefilled once, then each timed forward appends k tokens and the cache is cropped back
 (the engine's rollback), k = 1..8 interleaved so drift hits every k alike; medians over repeats.
 
@@ -20,39 +20,59 @@ from typing import Any
 import torch
 
 from engine.forward import Forward
-from engine.kv import crop_cache, new_cache
+from engine.kv import crop_cache
 from engine.loading import LoadedModel
 
 KS = tuple(range(1, 9))
 
 
-def forward_costs(model: LoadedModel, prompt: list[int], repeats: int = 7, ks: tuple[int, ...] = KS) -> dict[str, Any]:
-    """Median seconds of one forward over k new tokens after `prompt`, and R_k = t_k / t_1 (per repeat too)."""
-    forward = Forward(model.model)
-    cache = new_cache(model.model)
+def forward_costs(
+    model: LoadedModel, prompt: list[int], repeats: int = 7, ks: tuple[int, ...] = KS, forward: Forward | None = None
+) -> dict[str, Any]:
+    """Median seconds of one forward over k new tokens after `prompt`, and R_k = t_k / t_1 (per repeat too).
+
+    `forward`: another numeric path over the same weights (default: the model's own).
+    """
+    return paths_costs(model, prompt, {"only": forward or model.forward}, repeats, ks)["only"]
+
+
+def paths_costs(
+    model: LoadedModel, prompt: list[int], forwards: dict[str, Forward], repeats: int = 7, ks: tuple[int, ...] = KS
+) -> dict[str, dict[str, Any]]:
+    """forward_costs for several forwards (numeric paths) of one model, interleaved per repeat so drift hits all."""
     vocab = int(model.model.config.vocab_size)
+    base = len(prompt)
+    tokens = [(t * 7919 + 13) % vocab for t in range(max(ks))]  # fixed, arbitrary ids: cost does not depend on them
+    caches = {}
+    times: dict[str, dict[int, list[float]]] = {name: {k: [] for k in ks} for name in forwards}
     with torch.inference_mode():
-        forward(cache, list(prompt), keep=1)
-        base = len(prompt)
-        tokens = [(t * 7919 + 13) % vocab for t in range(max(ks))]  # fixed, arbitrary ids: cost does not depend on them
-        for k in ks:  # untimed: first-call allocations, the cache's growth
-            forward(cache, tokens[:k], keep=k)
-            crop_cache(cache, base)
-        times: dict[int, list[float]] = {k: [] for k in ks}
-        for _ in range(repeats):
-            for k in ks:
-                t0 = time.perf_counter()
-                forward(cache, tokens[:k], keep=k)  # verification keeps the logits of every fed row
-                times[k].append(time.perf_counter() - t0)
+        for name, forward in forwards.items():
+            caches[name] = cache = forward.new_cache()
+            forward(cache, list(prompt), keep=1)
+            for k in ks:  # untimed: first-call allocations, the cache's growth
+                forward(cache, tokens[:k], keep=k)
                 crop_cache(cache, base)
-    t = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "context": base,
-        "t_s": t,
-        "R": {k: t[k] / t[1] for k in ks},
-        "R_per_repeat": {k: [a / b for a, b in zip(times[k], times[1], strict=True)] for k in ks},
-        "repeats": repeats,
-    }
+        for _ in range(repeats):
+            for name, forward in forwards.items():
+                cache = caches[name]
+                for k in ks:
+                    t0 = time.perf_counter()
+                    forward(cache, tokens[:k], keep=k)  # verification keeps the logits of every fed row
+                    times[name][k].append(time.perf_counter() - t0)
+                    crop_cache(cache, base)
+    out = {}
+    for name, forward in forwards.items():
+        t = {k: statistics.median(v) for k, v in times[name].items()}
+        out[name] = {
+            "path": forward.choice.describe(),
+            "context": base,
+            "t_s": t,
+            "R": {k: t[k] / t[1] for k in ks},
+            "R_per_repeat": {k: [a / b for a, b in zip(times[name][k], times[name][1], strict=True)] for k in ks},
+            "t1_per_repeat": times[name][1],
+            "repeats": repeats,
+        }
+    return out
 
 
 def bound(tokens_per_step: float, r: float, c: float) -> float:

@@ -7,8 +7,9 @@ Cases (greedy, exactly max_new_tokens new tokens on both sides, EOS ignored on b
   spectune suffix       vs  spectune plain
 All cases run in one process, interleaved per repeat (for each prompt, every case in a fixed order) after
 one untimed warm-up pass, so machine drift hits every case alike. The warm-up pass also records every target
-forward (a forward pre-hook on the target model, same on both sides) to measure acceptance and tokens per
-target forward; timed repeats run without hooks.
+forward (spectune: its forward's observers, whatever the numeric path; transformers: a forward pre-hook on the
+module) to measure acceptance and tokens per target forward; timed repeats run without hooks. Then the cost
+profile of every numeric path on the same weights (runners/bench_costs.py).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any
 import torch
 
 from engine.engine import Engine, EngineConfig
+from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
-from runners.bench_costs import forward_costs, limit_rows
+from runners.bench_costs import limit_rows, paths_costs
 from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
 PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
@@ -122,7 +124,19 @@ def model_info(m: LoadedModel) -> dict[str, Any]:
         "vocab": int(cfg.vocab_size),
         "parameters": sum(p.numel() for p in m.model.parameters()),
         "dtype": str(m.dtype).removeprefix("torch."),
+        "forward": m.forward.choice.describe(),
     }
+
+
+def path_costs(model: LoadedModel, prompt: list[int], repeats: int) -> dict[str, Any]:
+    """Costs on every numeric path this model can run here (engine/forward.py), interleaved, by path name."""
+    forwards, unavailable = {}, {}
+    for path in PATHS[1:]:  # every concrete path ("auto" is one of them)
+        try:
+            forwards[path] = model.forward if model.forward.choice.path == path else make_forward(model.model, path)
+        except ValueError as exc:  # not available for this model / dtype / device
+            unavailable[path] = {"unavailable": str(exc)}
+    return paths_costs(model, prompt, forwards, repeats=repeats) | unavailable
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -235,11 +249,19 @@ def build_cases(
 
 @dataclass
 class ForwardLog:
-    """Target-model forward calls: (first position, fed token ids) per call."""
+    """Target-model forward calls: (first position, fed token ids) per call.
+
+    spectune's engine reports its calls through its forward's observers (whatever its numeric path),
+    transformers' `generate` through a pre-hook on the module; `side` says which one the current case
+    uses, so a spectune forward on transformers' path is not counted twice.
+    """
 
     calls: list[tuple[int, list[int]]] = field(default_factory=list)
+    side: str = "spectune"
 
     def hook(self, module, args, kwargs) -> None:
+        if self.side != "transformers":
+            return
         ids = kwargs.get("input_ids")
         if ids is None:
             ids = args[0]
@@ -249,15 +271,23 @@ class ForwardLog:
         start = cache.get_seq_length() if cache is not None else 0
         self.calls.append((int(start), ids[0].tolist()))
 
+    def observe(self, start: int, tokens: list[int]) -> None:
+        if self.side == "spectune":
+            self.calls.append((int(start), list(tokens)))
+
 
 @dataclass
 class CallCounter:
-    """Counts forward calls of a module (the draft model)."""
+    """Counts forward calls of the draft model (module hook for transformers, observer for spectune)."""
 
     n: int = 0
+    side: str = "spectune"
 
     def hook(self, module, args, kwargs) -> None:
-        self.n += 1
+        self.n += self.side == "transformers"
+
+    def observe(self, start: int, tokens: list[int]) -> None:
+        self.n += self.side == "spectune"
 
 
 def analyse_forwards(calls: list[tuple[int, list[int]]], prompt_len: int, output: list[int]) -> dict[str, int]:
@@ -349,8 +379,8 @@ def measure(
     names: list[str],
     max_new: int,
     repeats: int,
-    target: torch.nn.Module,
-    draft: torch.nn.Module | None,
+    target: LoadedModel,
+    draft: LoadedModel | None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Warm-up pass (hooked: tokens and forward counts), then `repeats` timed interleaved passes."""
@@ -364,9 +394,11 @@ def measure(
         with torch.inference_mode():
             # Warm-up: untimed, with hooks, every case on every prompt.
             log, drafts_counter = ForwardLog(), CallCounter()
-            handles = [target.register_forward_pre_hook(log.hook, with_kwargs=True)]
+            handles = [target.model.register_forward_pre_hook(log.hook, with_kwargs=True)]
+            target.forward.observers.append(log.observe)
             if draft is not None:
-                handles.append(draft.register_forward_pre_hook(drafts_counter.hook, with_kwargs=True))
+                handles.append(draft.model.register_forward_pre_hook(drafts_counter.hook, with_kwargs=True))
+                draft.forward.observers.append(drafts_counter.observe)
             per_prompt: dict[str, list[dict[str, Any]]] = {c.name: [] for c in cases}
             engine_stats: dict[str, Any] = {}
             try:
@@ -376,6 +408,7 @@ def measure(
                     for c in cases:
                         log.calls.clear()
                         drafts_counter.n = 0
+                        log.side = drafts_counter.side = c.side
                         raw = c.run(i)
                         toks = c.tokens(raw, i)
                         _check_length(c.name, names[i], toks, max_new)
@@ -391,6 +424,9 @@ def measure(
             finally:
                 for h in handles:
                     h.remove()
+                target.forward.observers.remove(log.observe)
+                if draft is not None:
+                    draft.forward.observers.remove(drafts_counter.observe)
             for c in cases:
                 acceptance[c.name] = {"side": c.side, **summarise_acceptance(per_prompt[c.name])}
                 acceptance[c.name]["per_prompt"] = per_prompt[c.name]
@@ -529,8 +565,13 @@ def run_engine_bench(
     quick: bool,
     progress: bool = True,
     prompt_set: str = "builtin",
+    dtype: str = "float32",
+    forward: str = "auto",
 ) -> dict[str, Any]:
     """Load (or build) the models, measure every case, return the report.
+
+    `dtype` and `forward` (the numeric path, engine/forward.py) apply to both models; transformers'
+    cases always run transformers' own forward on the same weights.
 
     `prompt_set`: `builtin` (fixed generic texts, raw) or `swe-lite` (agent-context prompts of a few
     swe-lite test instances, through the model's chat template: runners/bench_agent_prompts.py).
@@ -540,8 +581,8 @@ def run_engine_bench(
     if model is None:
         target_dir, draft_dir = tiny_models(quick)
         model, draft = str(target_dir), str(draft_dir)
-    target = load_model(model, device="cpu", dtype="float32")
-    draft_m = load_model(draft, device="cpu", dtype="float32") if draft is not None else None
+    target = load_model(model, device="cpu", dtype=dtype, forward=forward)
+    draft_m = load_model(draft, device="cpu", dtype=dtype, forward=forward) if draft is not None else None
     if prompt_set not in PROMPT_SETS:
         raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":
@@ -602,17 +643,22 @@ def run_engine_bench(
         names,
         max_new_tokens,
         repeats,
-        target.model,
-        draft_m.model if draft_m is not None else None,
+        target,
+        draft_m,
         progress=progress,
     )
     # Cost profile on the longest prompt (the context a verification sees), after the timed passes.
+    # Every available path is profiled on the same weights; the bound uses the path the engine ran.
     longest = max(prompts, key=len)
-    target_costs = forward_costs(target, longest, repeats=max(repeats, 5))
-    draft_costs = forward_costs(draft_m, longest, repeats=max(repeats, 5)) if draft_m is not None else None
+    profile_repeats = max(3 * repeats, 15)  # sub-millisecond forwards: more samples than the cases need
+    paths = {"target": path_costs(target, longest, profile_repeats)}
+    if draft_m is not None:
+        paths["draft"] = path_costs(draft_m, longest, profile_repeats)
+    target_costs = paths["target"][target.forward.choice.path]
+    draft_costs = paths["draft"][draft_m.forward.choice.path] if draft_m is not None else None
     setup["load_average_1m"]["end"] = _load()
     report = build_report(meas, cases, skipped, names, setup)
-    report["costs"] = {"target": target_costs, "draft": draft_costs}
+    report["costs"] = {"target": target_costs, "draft": draft_costs, "paths": paths}
     ratio_keys = {"ngram": "ngram_on_vs_off", "suffix": "suffix_on_vs_off", "draft_model": "draft_on_vs_off"}
     on_vs_off = {drafter: report.get(key) for drafter, key in ratio_keys.items()}
     report["limits"] = limit_rows(report["acceptance"], on_vs_off, target_costs, draft_costs, gamma)

@@ -256,7 +256,7 @@ def measure_grid(cfg, space_node: dict[str, Any], study_dir: Path, console) -> d
             torch.set_num_threads(cfg.run.threads)
         draft = cfg.model.draft if "draft_model" in space.drafters else None
         device = cfg.model.device or cfg.hardware.device
-        models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype)
+        models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward)
         load_s = time.monotonic() - started
         study = grid_study(cfg, points)
         console.print(

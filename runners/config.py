@@ -18,6 +18,7 @@ from agents.loop import AgentConfig
 from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
 from engine.engine import EngineConfig
+from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
 from tasks.suites import SUBSETS
 
@@ -57,6 +58,7 @@ class ModelConf:
     draft: str | None = "tiny"  # draft model for drafter=draft_model; null = none
     mtp: str | None = None  # MTP heads (later issues)
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16 | float64
+    forward: str = "auto"  # numeric path: auto | transformers | torch | onednn (engine/forward.py)
     device: str | None = None  # overrides hardware.device when set
 
 
@@ -166,6 +168,7 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.task.name, SUITES, "task")
     _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
+    _choice(cfg.model.forward, list(PATHS), "model.forward")
     _choice(cfg.engine.drafter, sorted(DRAFTERS), "engine.drafter")
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")
     _choice(cfg.engine.gamma_policy, list(GAMMA_POLICIES), "engine.gamma_policy")

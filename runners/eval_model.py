@@ -233,7 +233,9 @@ def _result(cfg, instances, models, runs, plain, partial: bool, interrupted: str
             }
             for r in runs
         ],
-        "provenance": provenance(task.name, cfg.run.seed, models.target.device, task.split, task.path),
+        "provenance": provenance(
+            task.name, cfg.run.seed, models.target.device, task.split, task.path, models.forward_paths()
+        ),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
 

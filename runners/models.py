@@ -75,8 +75,17 @@ class Models:
     target_path: str
     draft_path: str | None
 
+    def forward_paths(self) -> dict[str, str | None]:
+        """The numeric path each model runs on and why (provenance), e.g. "onednn float32 (auto: ...)"."""
+        return {
+            "target": self.target.forward.choice.describe(),
+            "draft": self.draft.forward.choice.describe() if self.draft is not None else None,
+        }
 
-def load_models(target: str, draft: str | None, *, device: str = "auto", dtype: str = "auto") -> Models:
+
+def load_models(
+    target: str, draft: str | None, *, device: str = "auto", dtype: str = "auto", forward: str = "auto"
+) -> Models:
     """Load the configured models; `tiny` builds the random pair on first use."""
     hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress output
     target_path, draft_path = target, draft
@@ -86,6 +95,6 @@ def load_models(target: str, draft: str | None, *, device: str = "auto", dtype: 
         draft_path = str(tiny_draft) if draft == TINY else draft
     target_path = resolve_model_path(target_path)
     draft_path = resolve_model_path(draft_path) if draft_path else None
-    loaded_target = load_model(target_path, device=device, dtype=dtype)
-    loaded_draft = load_model(draft_path, device=device, dtype=dtype) if draft_path else None
+    loaded_target = load_model(target_path, device=device, dtype=dtype, forward=forward)
+    loaded_draft = load_model(draft_path, device=device, dtype=dtype, forward=forward) if draft_path else None
     return Models(loaded_target, loaded_draft, target_path, draft_path)

@@ -56,9 +56,14 @@ def device_description(device: torch.device) -> str:
 
 
 def provenance(
-    suite: str, seed: int, device: torch.device, split: str = "dev", path: str | None = None
+    suite: str,
+    seed: int,
+    device: torch.device,
+    split: str = "dev",
+    path: str | None = None,
+    forward: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """Everything needed to tell two results apart."""
+    """Everything needed to tell two results apart (`forward`: each model's numeric path, Models.forward_paths)."""
     return {
         "git": git_commit(),
         "libraries": library_versions(),
@@ -67,4 +72,5 @@ def provenance(
         "seed": seed,
         "threads": torch.get_num_threads(),
         "device": device_description(device),
+        "forward": forward,
     }

@@ -80,7 +80,7 @@ def prepare(
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     device = cfg.model.device or cfg.hardware.device
-    models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype)
+    models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward)
     out_dir = Path(cfg.run.root) / cfg.run.name
     comparison = Comparison(
         models,
@@ -159,7 +159,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                     "name": cfg.run.name,
                     "partial": partial,
                     "interrupted": stop.signal_name if partial else None,
-                    "provenance": provenance(task.name, cfg.run.seed, torch_device, task.split, task.path),
+                    "provenance": provenance(
+                        task.name, cfg.run.seed, torch_device, task.split, task.path, models.forward_paths()
+                    ),
                     "config": config_dict,
                 },
             )

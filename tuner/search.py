@@ -150,7 +150,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 torch.set_num_threads(cfg.run.threads)
             device = cfg.model.device or cfg.hardware.device
             draft = cfg.model.draft if "draft_model" in space.drafters else None
-            models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype)
+            models = load_models(
+                cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward
+            )
         except KeyboardInterrupt:
             raise Interrupted(stop, "while loading") from None
         if stop.requested:
@@ -245,7 +247,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             "trials": {s.name: sum(t.state == s for t in trials) for s in studies.FINISHED},
             "best": studies.trial_row(best) if best else None,
             "baseline": studies.trial_row(studies.baseline_trial(study)) if studies.baseline_trial(study) else None,
-            "provenance": provenance(task.name, cfg.run.seed, torch_device, task.split, task.path),
+            "provenance": provenance(
+                task.name, cfg.run.seed, torch_device, task.split, task.path, models.forward_paths()
+            ),
             "partial": bool(stop.requested),
             "interrupted": stop.signal_name if stop.requested else None,
         }

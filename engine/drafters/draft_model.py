@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterResources
-from engine.forward import Forward
-from engine.kv import crop_cache, new_cache, position_limit
+from engine.kv import crop_cache, position_limit
 from engine.sampling import effective_probs, sample
 
 
@@ -48,12 +47,12 @@ class DraftModelDrafter:
             raise ValueError("drafter 'draft_model' needs a draft model (--draft DIR / model.draft)")
         self.options = options or DraftModelOptions()
         self.vocab = resources.target.vocab_size
-        self._forward = Forward(resources.draft.model)
+        self._forward = resources.draft.forward
         self._draft_vocab = resources.draft.vocab_size
         # A (padded) target may emit an id the smaller draft cannot embed; the draft then reads a
         # stand-in token. Its drafts only get worse there: the target still verifies every token.
         self._stand_in = next(iter(sorted(resources.draft.eos_token_ids)), 0)
-        self._cache = new_cache(resources.draft.model)
+        self._cache = self._forward.new_cache()
         self._limit = position_limit(resources.draft.model)  # None: no known limit
         self._cached: list[int] = []  # tokens whose KV the draft cache holds
         self._verified = 0  # _cached[:_verified] is known to equal the session history

@@ -4,7 +4,10 @@ Greedy speculative output equals plain greedy output token for token (gamma 1..6
 token, max-token edge); after every generation the target KV equals a fresh recomputation of the
 history; the statistics identities hold exactly. float64 models rule out last-bit argmax ties.
 Sliding-window targets (Mistral: every layer; Gemma 3: alternating with full layers) have a window
-of 8, shorter than every prompt, so every rollback happens past the window.
+of 8, shorter than every prompt, so every rollback happens past the window. Every target runs on
+transformers' forward and, where it covers the architecture, on the engine's own Llama forward
+(engine/llama.py, path `torch`: float64 like the rest; the oneDNN path is fp32/bf16 only and is
+checked on the bundled models in test_forward_paths.py).
 """
 
 from __future__ import annotations
@@ -13,13 +16,18 @@ import pytest
 import torch
 
 from engine.engine import Engine, EngineConfig
-from engine.forward import Forward
+from engine.forward import TransformersForward
 from engine.kv import SlidingGrowingLayer, kv_tensors, new_cache
+from engine.llama import covers
 from engine.loading import LoadedModel
 from engine.stats import GenerationStats
 from engine.testing import SLIDING_WINDOW, perturbed_copy, random_model
 
 ARCHS = ["llama", "qwen2", "mistral", "gemma3"]
+# (arch, forward path): transformers' forward for all, the engine's for the architectures it covers
+TARGETS = [(arch, "transformers") for arch in ARCHS] + [
+    (arch, "torch") for arch in ARCHS if covers(random_model(arch).model) is None
+]
 DRAFT_LIMIT = 20  # position limit of the short-context draft: generations run well past it
 
 
@@ -49,9 +57,12 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=ARCHS)
+@pytest.fixture(scope="module", params=TARGETS, ids=[f"{a}-{p}" for a, p in TARGETS])
 def target(request):
-    return random_model(request.param, seed=7)
+    arch, path = request.param
+    model = random_model(arch, seed=7, forward=path)
+    assert model.forward.choice.path == path
+    return model
 
 
 def is_sliding(target) -> bool:
@@ -84,10 +95,10 @@ def assert_identities(stats) -> None:
 
 
 def assert_kv_matches_fresh(target, session) -> None:
-    """The cache equals a from-scratch forward over history[:-1] (tolerance: float64 round-off)."""
+    """The cache equals transformers' from-scratch forward over history[:-1] (tolerance: float64 round-off)."""
     assert session.kv_length == len(session.history) - 1
     fresh = new_cache(target.model)
-    Forward(target.model)(fresh, session.history[:-1])
+    TransformersForward(target.model)(fresh, session.history[:-1])
     for layer, ((k, v), (fk, fv)) in enumerate(zip(kv_tensors(session.cache), kv_tensors(fresh), strict=True)):
         assert k.shape == fk.shape, f"layer {layer}: {k.shape} vs {fk.shape}"
         torch.testing.assert_close(k, fk, atol=1e-9, rtol=1e-9, msg=f"layer {layer} keys differ")

@@ -18,6 +18,7 @@ from engine.loading import (
     ModelNotFoundError,
     TokenizerMismatchError,
     check_same_tokenizer,
+    cpu_has_native_bf16,
     load_model,
     resolve_device,
     resolve_dtype,
@@ -217,6 +218,10 @@ def test_resolve_device_and_dtype() -> None:
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda:0")
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    # A CPU never casts an fp32 checkpoint down; a bf16 one stays bf16 where the CPU computes bf16 natively.
+    assert resolve_dtype("auto", "cpu", checkpoint=torch.float32) == torch.float32
+    native = torch.float32 if not cpu_has_native_bf16() else torch.bfloat16
+    assert resolve_dtype("auto", "cpu", checkpoint=torch.bfloat16) == native
     assert resolve_dtype("bf16", "cpu") == torch.bfloat16
     assert resolve_dtype("FP16", "cpu") == torch.float16
     assert resolve_dtype("float64", "cpu") == torch.float64

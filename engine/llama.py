@@ -1,0 +1,335 @@
+"""An engine-owned forward for the Llama family (Llama, Qwen2, Mistral-style), in plain torch.
+
+Why not transformers' own forward: at batch 1 and a few new tokens a step is mostly Python and
+dispatch overhead (masks, cache objects, output dataclasses per layer), and its linears cannot use
+weights packed once for the kernel that is fastest here. This is the same maths written out
+(gpt-fast style) over the same weight tensors the loaded model holds:
+
+    x = embed(ids)                                                  [n, h]
+    per layer:  a = rmsnorm(x);  q, k, v = a Wq, a Wk, a Wv (+ b)   [n, H d], [n, KV d], [n, KV d]
+                q, k = rope(q), rope(k);  cache[len : len + n] = k, v
+                x += softmax(q K^T / sqrt(d) + mask) V  Wo          (GQA: H / KV query heads per KV head)
+                a = rmsnorm(x);  x += (silu(a Wg) * (a Wu)) Wd
+    logits = rmsnorm(x)[-keep:] Wlm                                 [keep, V]
+
+The KV cache (`LlamaCache`) is one preallocated buffer per layer; appending writes the new rows and a
+rollback only moves the length back. Covered: what `covers` accepts; anything else stays on
+transformers (engine/forward.py says so in one line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from engine.kv import MIN_CAPACITY
+
+ARCHITECTURES = ("llama", "qwen2", "mistral")
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq fixed at load (dynamic / longrope rescale per call)
+
+ONEDNN_DTYPES = (torch.float32, torch.bfloat16)  # what oneDNN's packed linear runs on CPU
+Linear = Callable[[torch.Tensor], torch.Tensor]  # x [n, in] -> x W^T + b [n, out]
+
+
+def covers(model: torch.nn.Module) -> str | None:
+    """None when this forward computes `model` exactly as transformers does, else the reason it does not."""
+    config = model.config
+    kind = getattr(config, "model_type", "?")
+    if kind not in ARCHITECTURES:
+        return f"architecture {kind!r} (covered: {', '.join(ARCHITECTURES)})"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} (covered: silu)"
+    rope = getattr(model.model.rotary_emb, "rope_type", "default")
+    if rope not in STATIC_ROPE:
+        return f"RoPE type {rope!r} (covered: {', '.join(STATIC_ROPE)})"
+    if getattr(config, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1"
+    return None
+
+
+def torch_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    """F.linear over the weights as they are (MKL / cuBLAS): the reference kernel."""
+    return lambda x: F.linear(x, weight, bias)
+
+
+def onednn_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    """oneDNN's linear over a weight reordered once into its blocked layout (CPU, fp32 / bf16)."""
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)  # layout chosen for up to 8 rows: a verify step
+    return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+KERNELS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], Linear]] = {
+    "torch": torch_linear,
+    "onednn": onednn_linear,
+}
+
+
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * x / rms(x), the mean of squares taken in float32 (as transformers does)."""
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _Projections:
+    """Several projections of one input (q, k, v or gate, up): outputs [n, out_i] each.
+
+    Fused (one call over row-concatenated weights) when the kernel copies weights anyway (oneDNN packs
+    them); otherwise one call per projection over the model's own tensors, so no weight is duplicated.
+    """
+
+    def __init__(self, modules: list[torch.nn.Linear], kernel: str) -> None:
+        make = KERNELS[kernel]
+        self.sizes = [m.weight.shape[0] for m in modules]
+        if kernel == "onednn" and len(modules) > 1:
+            biases = [m.bias for m in modules]
+            bias = None
+            if any(b is not None for b in biases):
+                bias = torch.cat(
+                    [
+                        b if b is not None else m.weight.new_zeros(m.weight.shape[0])
+                        for b, m in zip(biases, modules, strict=True)
+                    ]
+                )
+            fused = make(torch.cat([m.weight for m in modules]), bias)
+            self.run = lambda x: fused(x).split(self.sizes, dim=-1)
+        else:
+            linears = [make(m.weight, m.bias) for m in modules]
+            self.run = lambda x: [f(x) for f in linears]
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.run(x)
+
+
+class _Layer:
+    """One decoder layer's weights: norms, q|k|v, o, gate|up, down."""
+
+    def __init__(self, layer: torch.nn.Module, kernel: str, window: int | None) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.norm1, self.norm2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        self.qkv = _Projections([attn.q_proj, attn.k_proj, attn.v_proj], kernel)
+        self.o = KERNELS[kernel](attn.o_proj.weight, attn.o_proj.bias)
+        self.gate_up = _Projections([mlp.gate_proj, mlp.up_proj], kernel)
+        self.down = KERNELS[kernel](mlp.down_proj.weight, mlp.down_proj.bias)
+        self.window = window  # sliding window (positions a query sees, itself included), None = full
+
+
+class LlamaCache:
+    """Preallocated K and V per layer, [kv_heads, capacity, head_dim]; `length` positions are valid.
+
+    Grows like engine.kv.GrowingLayer (to max(needed, 2 x capacity, MIN_CAPACITY)) so the memory model's
+    capacity bound holds for both; a rollback (`crop`) only moves `length`.
+    """
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.length = 0
+        self.graphs: dict[int, object] = {}  # CUDA graphs bound to these buffers, by k (engine/graphs.py)
+        self._shape = (kv_heads, 0, head_dim)
+        self.k = [torch.empty(self._shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.empty(self._shape, dtype=dtype, device=device) for _ in range(layers)]
+
+    @property
+    def capacity(self) -> int:
+        """Positions allocated per layer."""
+        return self.k[0].shape[1]
+
+    def reserve(self, needed: int) -> None:
+        """Make room for `needed` positions, keeping the valid ones."""
+        if needed <= self.capacity:
+            return
+        capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
+        self.graphs.clear()  # they point at the old buffers
+        for store in (self.k, self.v):
+            for i, old in enumerate(store):
+                new = old.new_empty((old.shape[0], capacity, old.shape[2]))  # [kv_heads, capacity, d]
+                new[:, : self.length] = old[:, : self.length]
+                store[i] = new
+
+    def get_seq_length(self) -> int:
+        """Valid positions held (the DynamicCache name, so engine.kv's helpers take either cache)."""
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Forget the last `-tokens_to_remove` positions (negative count, as transformers >= 5)."""
+        if tokens_to_remove > 0:
+            raise ValueError("LlamaCache.crop takes a negative count of positions to remove")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def kv_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(keys, values) per layer as [1, kv_heads, length, head_dim] views, DynamicCache's layout."""
+        n = self.length
+        return [(k[None, :, :n], v[None, :, :n]) for k, v in zip(self.k, self.v, strict=True)]
+
+    def allocated_bytes(self) -> int:
+        """Bytes of the buffers, valid or not."""
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+
+class LlamaForward:
+    """Runs a covered transformers Llama-family model with its own maths, over the model's weight tensors.
+
+    `kernel` names the linear implementation (KERNELS). `torch` reads the model's own tensors (no
+    copy); `onednn` packs fused copies once here, so the linear weights are held twice in RAM (the
+    transformers module stays loaded: transformers' cases in the benchmark and the tests use it).
+    """
+
+    def __init__(self, model: torch.nn.Module, kernel: str = "torch") -> None:
+        if (reason := covers(model)) is not None:
+            raise ValueError(f"the engine's Llama forward does not cover {reason}")
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown linear kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
+        config, body = model.config, model.model
+        self.kernel = kernel
+        self.dtype = body.embed_tokens.weight.dtype
+        self.device = body.embed_tokens.weight.device
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = config.rms_norm_eps
+        self.scale = self.head_dim**-0.5
+        window = getattr(config, "sliding_window", None)
+        # Qwen2 lists each layer's kind; Mistral has no list: a set window applies to every layer.
+        types = (
+            getattr(config, "layer_types", None)
+            or ["sliding_attention" if window else "full_attention"] * config.num_hidden_layers
+        )
+        with torch.no_grad():
+            make = KERNELS[kernel]
+            self.layers = [
+                _Layer(layer, kernel, window if kind == "sliding_attention" else None)
+                for layer, kind in zip(body.layers, types, strict=True)
+            ]
+            self.embed = body.embed_tokens.weight  # [V, h]
+            self.norm = body.norm.weight
+            head = model.lm_head
+            self.lm_head = make(head.weight, head.bias)
+        rotary = body.rotary_emb
+        self.inv_freq = rotary.inv_freq.float()  # [d / 2]
+        self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self._cos = self._sin = torch.empty(0, self.head_dim, dtype=self.dtype, device=self.device)
+
+    def new_cache(self) -> LlamaCache:
+        """An empty KV cache for this model."""
+        return LlamaCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+
+    def _rope_table(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for positions [0, end), [end, d], computed as transformers' rotary embedding does."""
+        if end > self._cos.shape[0]:
+            size = max(end, 2 * self._cos.shape[0], MIN_CAPACITY)
+            pos = torch.arange(size, device=self.device, dtype=torch.float32)
+            freqs = pos[:, None] * self.inv_freq.to(self.device)[None]  # [size, d / 2], float32
+            emb = torch.cat((freqs, freqs), dim=-1)  # [size, d]
+            self._cos = (emb.cos() * self.rope_scale).to(self.dtype)
+            self._sin = (emb.sin() * self.rope_scale).to(self.dtype)
+        return self._cos, self._sin
+
+    @staticmethod
+    def _mask(start: int, n: int, first: int, window: int | None, device: torch.device) -> torch.Tensor | None:
+        """Which cached positions [first, start + n) each new query at start + i may attend to, [n, L]."""
+        if n == 1 and (window is None or first >= start + 1 - window):
+            return None  # one query sees every position it is given
+        q = torch.arange(start, start + n, device=device)[:, None]
+        k = torch.arange(first, start + n, device=device)[None]
+        allowed = k <= q
+        if window is not None:
+            allowed &= q - k < window
+        return allowed
+
+    def _decoder(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        write: Callable[[int, torch.Tensor, torch.Tensor], None],
+        view: Callable[[int, int | None], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+    ) -> torch.Tensor:
+        """Every decoder layer over new rows x [n, h]; `write` stores layer i's new K/V, `view` gives what to attend."""
+        n, qn, d = x.shape[0], self.heads * self.head_dim, self.head_dim
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.qkv(_rmsnorm(x, layer.norm1, self.eps))  # [n, H d], [n, KV d], [n, KV d]
+            q = q.view(n, self.heads, d).transpose(0, 1)  # [H, n, d]
+            k = k.view(n, self.kv_heads, d).transpose(0, 1)  # [KV, n, d]
+            v = v.view(n, self.kv_heads, d).transpose(0, 1)  # [KV, n, d]
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            write(i, k, v)
+            keys, values, mask = view(i, layer.window)  # [KV, L, d] x 2, [n, L] or None
+            att = F.scaled_dot_product_attention(
+                q[None],
+                keys[None],
+                values[None],
+                attn_mask=mask,
+                scale=self.scale,
+                enable_gqa=self.kv_heads != self.heads,
+            )  # [1, H, n, d]
+            x = x + layer.o(att[0].transpose(0, 1).reshape(n, qn))
+            gate, up = layer.gate_up(_rmsnorm(x, layer.norm2, self.eps))  # [n, I] each
+            x = x + layer.down(F.silu(gate) * up)
+        return x
+
+    @torch.inference_mode()
+    def __call__(
+        self, cache: LlamaCache, tokens: list[int], keep: int = 1, hidden: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits of the last `keep` positions [keep, V] (and their final hidden states [keep, h] if asked)."""
+        start, n = cache.length, len(tokens)
+        end = start + n
+        cache.reserve(end)
+        cos, sin = self._rope_table(end)
+        masks: dict[int | None, tuple[int, torch.Tensor | None]] = {}
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+            cache.k[i][:, start:end] = k
+            cache.v[i][:, start:end] = v
+
+        def view(i: int, window: int | None):
+            if window not in masks:  # earliest position any new query sees, and the mask from there
+                first = 0 if window is None else max(0, start + 1 - window)
+                masks[window] = (first, self._mask(start, n, first, window, self.device))
+            first, mask = masks[window]
+            return cache.k[i][:, first:end], cache.v[i][:, first:end], mask
+
+        x = self.embed[torch.tensor(tokens, device=self.device)]  # [n, h]
+        x = self._decoder(x, cos[start:end], sin[start:end], write, view)
+        cache.length = end
+        last = _rmsnorm(x[-keep:], self.norm, self.eps)  # [keep, h]
+        return self.lm_head(last), (last if hidden else None)
+
+    def static_cache(self, capacity: int) -> LlamaCache:
+        """A cache whose buffers hold `capacity` positions from the start and never move (static_step's)."""
+        cache = self.new_cache()
+        cache.reserve(capacity)
+        for t in (*cache.k, *cache.v):
+            t.zero_()  # attention over the whole buffer reads unwritten rows (masked out: they must be finite)
+        self._rope_table(cache.capacity)
+        return cache
+
+    def static_step(self, cache: LlamaCache, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Logits [k, V] of k = len(ids) new tokens at positions `pos` [k], every shape fixed by k and the capacity.
+
+        K/V are written at `pos` (index_copy_) and each query attends over the whole buffer under a mask
+        computed on the device from `pos`, so no host value enters and a CUDA graph can replay it
+        (engine/graphs.py). The caller keeps `cache.length` (host side) in step.
+        """
+        cap = cache.capacity
+        cos, sin = self._cos[pos], self._sin[pos]  # [k, d]
+        seen = torch.arange(cap, device=pos.device)[None] <= pos[:, None]  # [k, cap]: causal
+        masks = {None: seen}
+        for window in {layer.window for layer in self.layers} - {None}:
+            masks[window] = seen & (pos[:, None] - torch.arange(cap, device=pos.device)[None] < window)
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+            cache.k[i].index_copy_(1, pos, k)
+            cache.v[i].index_copy_(1, pos, v)
+
+        def view(i: int, window: int | None):
+            return cache.k[i], cache.v[i], masks[window]
+
+        x = self._decoder(self.embed[ids], cos, sin, write, view)
+        return self.lm_head(_rmsnorm(x, self.norm, self.eps))
