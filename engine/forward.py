@@ -31,10 +31,13 @@ from engine.kv import new_cache, position_limit
 
 log = logging.getLogger("spectune.forward")
 PATHS = ("auto", "transformers", "torch", "onednn", "graphs")
-# Below this width oneDNN's per-call overhead outweighs its flat cost in rows (measured: `python -m runners.bench
-# engine`, a 2x64 model runs t_1 0.41 ms on torch vs 0.72 ms on onednn; the bundled 4x256 target ties at t_1 and
-# onednn's R_5 is 1.1 against torch's 1.4).
-ONEDNN_MIN_WIDTH = 256
+# Narrowest model (hidden size) for which auto takes oneDNN, by dtype. Measured on the project's CPU (AMD EPYC,
+# AVX512-BF16; interleaved t_1 / t_5 of every path, 1 and 2 threads, 2026-12-01): bf16 through oneDNN is the
+# fastest path from the bundled 4x256 target up (t_1 3.1 ms vs 4.0 on F.linear, flat in rows) but not on the
+# 1x64 draft, where its per-call overhead dominates; fp32 through oneDNN only pays from ~1024 wide (6x1024: t_1
+# tied, t_5 1.2-1.3 x t_1 against 1.7-1.9 on F.linear), while at 256 F.linear is faster for 1 and 5 rows alike
+# (2.5 / 3.1 ms against 4.0 / 3.8).
+ONEDNN_MIN_WIDTH = {torch.float32: 1024, torch.bfloat16: 256}
 GRAPH_CAPACITY = 8192  # positions of the graphs path's static KV buffer (at most the model's context)
 Observer = Callable[[int, list[int]], None]
 
@@ -85,11 +88,11 @@ def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
         return PathChoice("transformers", dtype, f"auto: the engine's Llama forward does not cover {uncovered}")
     width = int(model.config.hidden_size)
     cpu = weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
-    if cpu and weight.dtype in llama.ONEDNN_DTYPES and width >= ONEDNN_MIN_WIDTH:
+    if not cpu or weight.dtype not in ONEDNN_MIN_WIDTH:
+        return PathChoice("torch", dtype, f"auto: {_WHAT['torch']}")
+    if width >= ONEDNN_MIN_WIDTH[weight.dtype]:
         return PathChoice("onednn", dtype, f"auto: {_WHAT['onednn']}")
-    why = (
-        f"hidden size {width} < {ONEDNN_MIN_WIDTH}" if cpu and weight.dtype in llama.ONEDNN_DTYPES else "no oneDNN path"
-    )
+    why = f"hidden size {width} < {ONEDNN_MIN_WIDTH[weight.dtype]}, where oneDNN starts to pay in {dtype}"
     return PathChoice("torch", dtype, f"auto: {_WHAT['torch']} ({why})")
 
 

@@ -327,9 +327,12 @@ def render_costs(report: dict[str, Any], console) -> None:
                 *[f"{c['R'][k]:.2f}" for k in ks[1:]],
             )
     console.print(profile)
-    limits = Table(title="How close to the limit: generation ON / OFF against E / (R + C), R = d·R_k + (1 - d)")
+    limits = Table(
+        title="How close to the limit: generation ON / OFF against E / (R + C), R = d·R_k + (1 - d) from the"
+        " profile; the same from the engine's timers inside the generations (gen)"
+    )
     cols = ("drafter", "E (tokens/step vs plain)", "k", "d (drafting steps)", "R", "C", "bound", "measured ON/OFF")
-    for col in (*cols, "measured / bound"):
+    for col in (*cols, "measured / bound", "R gen", "C gen", "bound gen", "measured / bound gen"):
         limits.add_column(col, justify="left" if col == "drafter" else "right")
 
     def f(v: float | None, spec: str = ".2f") -> str:
@@ -346,6 +349,10 @@ def render_costs(report: dict[str, Any], console) -> None:
             f(row["bound"]),
             f(row["measured_on_vs_off"]),
             f(row["measured_over_bound"]),
+            f(row.get("R_in_generation")),
+            f(row.get("C_in_generation"), ".3f"),
+            f(row.get("bound_in_generation")),
+            f(row.get("measured_over_bound_in_generation")),
         )
     console.print(limits)
 

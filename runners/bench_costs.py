@@ -95,9 +95,16 @@ def limit_rows(
     average step is R = d·R_k + (1 - d) with d the share of decode steps that drafted. C = drafting time
     per decode step ÷ t_1: for draft_model, mean draft length one-token draft forwards (the draft's own
     t_1) on the drafting steps; for lookup drafters the engine's measured drafting time.
+
+    The same bound from the engine's own phase timers of that pass (`*_in_generation`): R = verify time
+    per decode step ÷ plain decoding's, C = drafting time per step ÷ plain's step. Forwards inside a
+    generation can cost more than the isolated profile says (a growing context, caches and allocator
+    shared with the drafting and the loop), so measured ÷ this bound isolates what the loop itself loses.
     """
-    plain = (acceptance.get("spectune_plain") or {}).get("tokens_per_target_forward") or 1.0
+    base = acceptance.get("spectune_plain") or {}
+    plain = base.get("tokens_per_target_forward") or 1.0
     t1 = target_costs["t_s"][1]
+    t1_gen = _verify_per_step(base)
     rows: dict[str, dict[str, Any]] = {}
     cases = (("spectune_ngram", "ngram"), ("spectune_suffix", "suffix"), ("spectune_draft_model", "draft_model"))
     for case, drafter in cases:
@@ -118,6 +125,10 @@ def limit_rows(
             c = (stats.get("draft_s") or 0.0) / steps / t1
         b = bound(e, r, c) if e else None
         measured = on_vs_off.get(drafter)
+        step = _verify_per_step(a)
+        r_gen = step / t1_gen if step and t1_gen else None
+        c_gen = (stats.get("draft_s") or 0.0) / steps / t1_gen if t1_gen else None
+        b_gen = bound(e, r_gen, c_gen) if e and r_gen is not None else None
         rows[drafter] = {
             "E": e,
             "k": k,
@@ -127,5 +138,17 @@ def limit_rows(
             "bound": b,
             "measured_on_vs_off": measured,
             "measured_over_bound": measured / b if measured and b else None,
+            "R_in_generation": r_gen,
+            "C_in_generation": c_gen,
+            "bound_in_generation": b_gen,
+            "measured_over_bound_in_generation": measured / b_gen if measured and b_gen else None,
         }
     return rows
+
+
+def _verify_per_step(case: dict[str, Any]) -> float | None:
+    """Seconds of target verification per decode step (prefill forwards apart) in a case's warm-up pass."""
+    stats = case.get("engine_stats") or {}
+    prefills = len(case.get("per_prompt") or []) or 1
+    steps = (stats.get("target_forwards") or 0) - prefills
+    return stats["verify_s"] / steps if steps > 0 and stats.get("verify_s") else None

@@ -440,6 +440,7 @@ def measure(
                         "acceptance_rate": s.acceptance_rate,
                         "mean_accepted_length": s.mean_accepted_length,
                         "draft_s": s.time_s.get("draft", 0.0),  # drafting time of the warm-up pass (bench costs' C)
+                        "verify_s": s.time_s.get("verify", 0.0),  # verification time, prefill apart (in-generation R)
                     }
                     acceptance[c.name]["engine_stats"] = mine
                     acceptance[c.name]["hook_matches_engine_stats"] = all(

@@ -23,7 +23,12 @@ def test_limit_rows_weigh_verify_cost_by_drafting_steps_and_add_the_draft_cost()
     target = {"t_s": {1: 0.01, 2: 0.011, 5: 0.012}, "R": {1: 1.0, 2: 1.1, 5: 1.2}}
     draft = {"t_s": {1: 0.002}, "R": {1: 1.0}}
     acceptance = {
-        "spectune_plain": {"tokens_per_target_forward": 0.9},
+        # plain: 21 forwards over 1 prompt, 20 decode steps in 0.2 s of verification: 10 ms a step
+        "spectune_plain": {
+            "tokens_per_target_forward": 0.9,
+            "per_prompt": [{}],
+            "engine_stats": {"target_forwards": 21, "verify_s": 0.2},
+        },
         # 11 forwards over 1 prompt: 10 decode steps, 5 of which drafted (4 tokens each): d = 0.5, k = 5
         "spectune_ngram": {
             "tokens_per_target_forward": 1.8,
@@ -31,7 +36,7 @@ def test_limit_rows_weigh_verify_cost_by_drafting_steps_and_add_the_draft_cost()
             "drafts": 5,
             "mean_draft_length": 4.0,
             "per_prompt": [{}],
-            "engine_stats": {"draft_s": 0.01},
+            "engine_stats": {"draft_s": 0.01, "target_forwards": 11, "verify_s": 0.13},
         },
         "spectune_draft_model": {
             "tokens_per_target_forward": 2.7,
@@ -52,3 +57,8 @@ def test_limit_rows_weigh_verify_cost_by_drafting_steps_and_add_the_draft_cost()
     assert model["C"] == pytest.approx(1.0 * 0.002 / 0.01)  # one draft forward of one token per step
     assert model["bound"] == pytest.approx(3.0 / 1.3)
     assert "suffix" not in rows  # not measured: no row
+    # Inside the generation: 13 ms of verification per step against plain's 10 ms; 1 ms of drafting.
+    assert ngram["R_in_generation"] == pytest.approx(1.3) and ngram["C_in_generation"] == pytest.approx(0.1)
+    assert ngram["bound_in_generation"] == pytest.approx(2.0 / 1.4)
+    assert ngram["measured_over_bound_in_generation"] == pytest.approx(1.5 / (2.0 / 1.4))
+    assert model["R_in_generation"] is None  # no verification timer given: not computed
