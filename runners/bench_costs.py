@@ -94,9 +94,9 @@ def limit_rows(
     k = round(mean draft length) + 1 rows when it drafted and one otherwise, so the verify cost of an
     average step is R = d·R_k + (1 - d) with d the share of decode steps that drafted. C = drafting time
     per decode step ÷ t_1: for draft_model, mean draft length one-token draft forwards (the draft's own
-    t_1) on the drafting steps; for lookup drafters the engine's measured drafting time.
+    t_1) on the drafting steps; for lookup drafters the engine's drafting time in the timed passes.
 
-    The same bound from the engine's own phase timers of that pass (`*_in_generation`): R = verify time
+    The same bound from the engine's own phase timers in the timed passes (`*_in_generation`): R = verify time
     per decode step ÷ plain decoding's, C = drafting time per step ÷ plain's step. Forwards inside a
     generation can cost more than the isolated profile says (a growing context, caches and allocator
     shared with the drafting and the loop), so measured ÷ this bound isolates what the loop itself loses.
@@ -118,16 +118,17 @@ def limit_rows(
         length = a.get("mean_draft_length") or gamma
         k = min(max(round(length) + 1, 1), max(target_costs["R"]))
         r = d * target_costs["R"][k] + (1.0 - d)
-        stats = a.get("engine_stats") or {}
+        stats = (a.get("engine_stats") or {}).get("timed") or {}
+        timed_steps = max((stats.get("target_forwards") or 0) - (stats.get("generations") or 0), 1)
         if drafter == "draft_model" and draft_costs is not None:
             c = d * length * draft_costs["t_s"][1] / t1
         else:
-            c = (stats.get("draft_s") or 0.0) / steps / t1
+            c = (stats.get("draft_s") or 0.0) / timed_steps / t1
         b = bound(e, r, c) if e else None
         measured = on_vs_off.get(drafter)
         step = _verify_per_step(a)
         r_gen = step / t1_gen if step and t1_gen else None
-        c_gen = (stats.get("draft_s") or 0.0) / steps / t1_gen if t1_gen else None
+        c_gen = (stats.get("draft_s") or 0.0) / timed_steps / t1_gen if t1_gen else None
         b_gen = bound(e, r_gen, c_gen) if e and r_gen is not None else None
         rows[drafter] = {
             "E": e,
@@ -147,8 +148,7 @@ def limit_rows(
 
 
 def _verify_per_step(case: dict[str, Any]) -> float | None:
-    """Seconds of target verification per decode step (prefill forwards apart) in a case's warm-up pass."""
-    stats = case.get("engine_stats") or {}
-    prefills = len(case.get("per_prompt") or []) or 1
-    steps = (stats.get("target_forwards") or 0) - prefills
+    """Seconds of target verification per decode step (prefill forwards apart) in a case's timed passes."""
+    stats = (case.get("engine_stats") or {}).get("timed") or {}
+    steps = (stats.get("target_forwards") or 0) - (stats.get("generations") or 0)
     return stats["verify_s"] / steps if steps > 0 and stats.get("verify_s") else None

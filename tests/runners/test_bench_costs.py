@@ -27,7 +27,7 @@ def test_limit_rows_weigh_verify_cost_by_drafting_steps_and_add_the_draft_cost()
         "spectune_plain": {
             "tokens_per_target_forward": 0.9,
             "per_prompt": [{}],
-            "engine_stats": {"target_forwards": 21, "verify_s": 0.2},
+            "engine_stats": {"timed": {"generations": 1, "target_forwards": 21, "verify_s": 0.2}},
         },
         # 11 forwards over 1 prompt: 10 decode steps, 5 of which drafted (4 tokens each): d = 0.5, k = 5
         "spectune_ngram": {
@@ -36,7 +36,7 @@ def test_limit_rows_weigh_verify_cost_by_drafting_steps_and_add_the_draft_cost()
             "drafts": 5,
             "mean_draft_length": 4.0,
             "per_prompt": [{}],
-            "engine_stats": {"draft_s": 0.01, "target_forwards": 11, "verify_s": 0.13},
+            "engine_stats": {"timed": {"generations": 1, "draft_s": 0.01, "target_forwards": 11, "verify_s": 0.13}},
         },
         "spectune_draft_model": {
             "tokens_per_target_forward": 2.7,
