@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="spectune's numeric path (engine/forward.py; default auto); every path's costs are profiled anyway",
     )
+    eng.add_argument(
+        "--device", default="cpu", help="cpu (default), cuda, cuda:N or auto: where both models and every case run"
+    )
     eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
     _tuner_parser(sub)
     return parser
@@ -171,7 +174,11 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             prompt_set=args.prompts,
             dtype=args.dtype,
             forward=args.forward,
+            device=args.device,
         )
+    except (ValueError, FileNotFoundError) as exc:  # a bad --device / --dtype / --forward, a broken model folder
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     finally:
         torch.set_num_threads(threads)
         hf_logging.set_verbosity(verbosity)

@@ -58,6 +58,7 @@ def paths_costs(
                 for k in ks:
                     t0 = time.perf_counter()
                     forward(cache, tokens[:k], keep=k)  # verification keeps the logits of every fed row
+                    synchronize(model.device)
                     times[name][k].append(time.perf_counter() - t0)
                     crop_cache(cache, base)
     out = {}
@@ -73,6 +74,12 @@ def paths_costs(
             "repeats": repeats,
         }
     return out
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously), so a clock read after it is true."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def bound(tokens_per_step: float, r: float, c: float) -> float:

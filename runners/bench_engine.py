@@ -30,7 +30,7 @@ import torch
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
-from runners.bench_costs import limit_rows, paths_costs
+from runners.bench_costs import limit_rows, paths_costs, synchronize
 from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
 PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
@@ -456,6 +456,7 @@ def measure(
                     for c in cases:
                         t0 = time.perf_counter()
                         raw = c.run(i)
+                        synchronize(target.device)  # CUDA work is asynchronous: wait before reading the clock
                         dt = time.perf_counter() - t0
                         toks = c.tokens(raw, i)
                         seconds[c.name][r][i] = dt
@@ -577,11 +578,12 @@ def run_engine_bench(
     prompt_set: str = "builtin",
     dtype: str = "float32",
     forward: str = "auto",
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Load (or build) the models, measure every case, return the report.
 
-    `dtype` and `forward` (the numeric path, engine/forward.py) apply to both models; transformers'
-    cases always run transformers' own forward on the same weights.
+    `dtype`, `device` and `forward` (the numeric path, engine/forward.py) apply to both models;
+    transformers' cases always run transformers' own forward on the same weights.
 
     `prompt_set`: `builtin` (fixed generic texts, raw) or `swe-lite` (agent-context prompts of a few
     swe-lite test instances, through the model's chat template: runners/bench_agent_prompts.py).
@@ -591,8 +593,8 @@ def run_engine_bench(
     if model is None:
         target_dir, draft_dir = tiny_models(quick)
         model, draft = str(target_dir), str(draft_dir)
-    target = load_model(model, device="cpu", dtype=dtype, forward=forward)
-    draft_m = load_model(draft, device="cpu", dtype=dtype, forward=forward) if draft is not None else None
+    target = load_model(model, device=device, dtype=dtype, forward=forward)
+    draft_m = load_model(draft, device=device, dtype=dtype, forward=forward) if draft is not None else None
     if prompt_set not in PROMPT_SETS:
         raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from runners.bench import main
 from runners.bench_engine import RATIOS, analyse_forwards, first_divergence, tiny_models
@@ -73,6 +74,29 @@ def test_quick_engine_report(cache, capsys):
         assert raw[name]["tokens"] == [2 * 24] * repeats
     for key in RATIOS:
         assert len(raw["ratios_per_repeat"][key]) == repeats
+
+    # Every numeric path profiled on the same weights; the one the cases ran is named in the setup.
+    assert setup["target"]["forward"].startswith("torch float32 (auto:")
+    paths = report["costs"]["paths"]["target"]
+    assert {"transformers", "torch", "onednn"} <= {p for p, c in paths.items() if "R" in c}
+    if not torch.cuda.is_available():
+        assert "needs a CUDA device" in paths["graphs"]["unavailable"]
+    assert report["costs"]["target"]["path"] == setup["target"]["forward"]
+    for row in report["limits"].values():
+        assert row["R_in_generation"] > 0 and row["bound_in_generation"] > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dtype", "float64", "--forward", "onednn"], "forward path 'onednn' runs float32, bfloat16, not float64"),
+        (["--dtype", "int3"], "unknown dtype 'int3'"),
+    ],
+)
+def test_a_path_that_cannot_run_is_one_error_line(cache, capsys, extra, message):
+    assert main([*QUICK, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
 
 
 def test_model_without_draft_skips_draft_cases(cache, capsys):
