@@ -9,8 +9,9 @@ path is chosen once per loaded model (weights packed once, never per step):
     onednn        the engine's Llama-family forward, linears through oneDNN with weights packed once (CPU)
     graphs        the engine's Llama-family forward with decode / verify steps replayed from CUDA graphs over a
                   static KV buffer (engine/graphs.py; CUDA only, opt-in until measured on a GPU)
-    auto          onednn on a CPU with oneDNN (fp32 / bf16, hidden size >= 256), else torch, for a covered
-                  architecture; transformers for any other (with a one-line note)
+    auto          onednn on a CPU with oneDNN for bf16 models from hidden size 256 and fp32 ones from 1024
+                  (where it measured faster, ONEDNN_MIN_WIDTH), else torch, for a covered architecture;
+                  transformers for any other architecture (with a one-line note)
 
 A forward also reports each call to its `observers` (first position, fed tokens), which is how the
 benchmarks count target forwards whatever the path.

@@ -213,6 +213,7 @@ class LlamaForward:
         self.inv_freq = rotary.inv_freq.float()  # [d / 2]
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
         self._cos = self._sin = torch.empty(0, self.head_dim, dtype=self.dtype, device=self.device)
+        self._retired: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def new_cache(self) -> LlamaCache:
         """An empty KV cache for this model."""
@@ -225,6 +226,7 @@ class LlamaForward:
             pos = torch.arange(size, device=self.device, dtype=torch.float32)
             freqs = pos[:, None] * self.inv_freq.to(self.device)[None]  # [size, d / 2], float32
             emb = torch.cat((freqs, freqs), dim=-1)  # [size, d]
+            self._retired.append((self._cos, self._sin))  # captured CUDA graphs may still read the old ones
             self._cos = (emb.cos() * self.rope_scale).to(self.dtype)
             self._sin = (emb.sin() * self.rope_scale).to(self.dtype)
         return self._cos, self._sin
