@@ -12,11 +12,16 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 MIN_CAPACITY = 256  # positions a growing layer reserves at least
 
 
-def capacity_bound(tokens: int) -> int:
-    """The most positions a growing layer holding `tokens` can have allocated.
+def grown_capacity(capacity: int, needed: int) -> int:
+    """The growth rule of every growing KV buffer: max(needed, 2 x capacity, MIN_CAPACITY) when full."""
+    return max(needed, 2 * capacity, MIN_CAPACITY)
 
-    It grows only when full, to max(needed, 2 x capacity, MIN_CAPACITY): after a growth the old
-    capacity was below `needed`, so the new one is below 2 x needed (or is MIN_CAPACITY).
+
+def capacity_bound(tokens: int) -> int:
+    """The most positions a growing buffer holding `tokens` can have allocated.
+
+    It grows only when full, by grown_capacity: after a growth the old capacity was below `needed`,
+    so the new one is below 2 x needed (or is MIN_CAPACITY).
     """
     return max(MIN_CAPACITY, 2 * tokens)
 
@@ -39,7 +44,7 @@ class GrowingLayer(DynamicLayer):
     def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
         if self._k.dim() == 4 and needed <= self._k.shape[-2]:
             return
-        capacity = max(needed, 2 * (self._k.shape[-2] if self._k.dim() == 4 else 0), MIN_CAPACITY)
+        capacity = grown_capacity(self._k.shape[-2] if self._k.dim() == 4 else 0, needed)
         b, h, _, d = key_states.shape
         k = key_states.new_empty((b, h, capacity, d))  # [b, kv_heads, capacity, head_dim]
         v = value_states.new_empty((b, h, capacity, value_states.shape[-1]))

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from engine.kv import MIN_CAPACITY
+from engine.kv import grown_capacity
 
 ARCHITECTURES = ("llama", "qwen2", "mistral")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq fixed at load (dynamic / longrope rescale per call)
@@ -123,7 +123,7 @@ class _Layer:
 class LlamaCache:
     """Preallocated K and V per layer, [kv_heads, capacity, head_dim]; `length` positions are valid.
 
-    Grows like engine.kv.GrowingLayer (to max(needed, 2 x capacity, MIN_CAPACITY)) so the memory model's
+    Grows by engine.kv.grown_capacity, as GrowingLayer does, so the memory model's
     capacity bound holds for both; a rollback (`crop`) only moves `length`.
     """
 
@@ -143,7 +143,7 @@ class LlamaCache:
         """Make room for `needed` positions, keeping the valid ones."""
         if needed <= self.capacity:
             return
-        capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
+        capacity = grown_capacity(self.capacity, needed)
         self.graphs.clear()  # they point at the old buffers
         for store in (self.k, self.v):
             for i, old in enumerate(store):
@@ -222,7 +222,7 @@ class LlamaForward:
     def _rope_table(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for positions [0, end), [end, d], computed as transformers' rotary embedding does."""
         if end > self._cos.shape[0]:
-            size = max(end, 2 * self._cos.shape[0], MIN_CAPACITY)
+            size = grown_capacity(self._cos.shape[0], end)
             pos = torch.arange(size, device=self.device, dtype=torch.float32)
             freqs = pos[:, None] * self.inv_freq.to(self.device)[None]  # [size, d / 2], float32
             emb = torch.cat((freqs, freqs), dim=-1)  # [size, d]
@@ -321,10 +321,11 @@ class LlamaForward:
         """
         cap = cache.capacity
         cos, sin = self._cos[pos], self._sin[pos]  # [k, d]
-        seen = torch.arange(cap, device=pos.device)[None] <= pos[:, None]  # [k, cap]: causal
+        behind = pos[:, None] - torch.arange(cap, device=pos.device)[None]  # [k, cap]: query minus key position
+        seen = behind >= 0  # causal
         masks = {None: seen}
         for window in {layer.window for layer in self.layers} - {None}:
-            masks[window] = seen & (pos[:, None] - torch.arange(cap, device=pos.device)[None] < window)
+            masks[window] = seen & (behind < window)
 
         def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
             cache.k[i].index_copy_(1, pos, k)
