@@ -1,22 +1,33 @@
 """The engine: a target model, an optional draft model and one speculative configuration.
 
-It validates the configuration once (names, options, tokenizer compatibility), owns what sessions
-share (weights, the engine-wide suffix index) and creates sessions. It knows only token ids:
-no tasks, agents, Hydra or MLflow.
+It validates the configuration once (names, options, what the drafter needs, tokenizer compatibility),
+owns what sessions share (weights, MTP weights, engine-wide drafter state such as the suffix index) and
+creates sessions. It knows only token ids: no tasks, agents, Hydra or MLflow, and no drafter by name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
-from engine.drafters import DRAFTERS, Drafter, DrafterResources, drafter_options_class, make_drafter
-from engine.drafters.suffix import SuffixOptions, new_shared_index
+from engine.drafters import (
+    Drafter,
+    DrafterResources,
+    Needs,
+    build_drafter_options,
+    drafter_needs,
+    drafter_option_keys,
+    drafter_shared_state,
+    drafter_takes,
+    make_drafter,
+)
 from engine.gamma import GammaPolicy
 from engine.kv import position_limit
 from engine.loading import LoadedModel, check_same_tokenizer
-from engine.options import build_options, split_options
+from engine.mtp import MtpModule, check_target
+from engine.options import build_options, option_names
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.speculative import GenerationResult
@@ -26,13 +37,13 @@ from engine.speculative import GenerationResult
 class EngineConfig:
     """One speculative-decoding configuration."""
 
-    drafter: str = "none"  # none | ngram | suffix | draft_model
+    drafter: str = "none"  # none | ngram | suffix | draft_model | mtp | layer_skip, or A+B (e.g. mtp+ngram)
     gamma: int = 4  # draft tokens per step (start value for the heuristic policy)
     gamma_policy: str = "fixed"  # fixed | heuristic | confidence
     max_gamma: int = 16  # upper bound of the heuristic policy
     confidence: float = 0.4  # confidence policy: stop drafting when draft top probability < this
     acceptance: str = "exact"  # exact (lossless) | topk | threshold | typical (lossy)
-    options: dict[str, Any] = field(default_factory=dict)  # drafter / acceptance options, KEY -> value
+    options: dict[str, Any] = field(default_factory=dict)  # drafter / acceptance options, KEY or CHILD.KEY -> value
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
@@ -42,46 +53,81 @@ class EngineConfig:
 class Engine:
     """Builds sessions that decode with one configuration."""
 
-    def __init__(self, target: LoadedModel, config: EngineConfig | None = None, draft: LoadedModel | None = None):
+    def __init__(
+        self,
+        target: LoadedModel,
+        config: EngineConfig | None = None,
+        draft: LoadedModel | None = None,
+        mtp: MtpModule | None = None,
+    ):
         self.config = config = config or EngineConfig()
         self.target = target
-        self.draft = draft
         self.drafter_options, self.acceptance = self.validate(config)
+        self.needs: Needs = drafter_needs(config.drafter, self.drafter_options)
+        # Only what the drafter uses is kept, so weight_bytes and the memory model count exactly that.
+        self.draft = draft if self.needs.draft_model else None
+        self.mtp = mtp if self.needs.mtp else None
         self.params = SamplingParams(config.temperature, config.top_k, config.top_p)
-        if config.drafter == "draft_model":
+        if self.needs.draft_model:
             if draft is None:
-                raise ValueError("drafter 'draft_model' needs a draft model (--draft DIR)")
+                raise ValueError(f"drafter {config.drafter!r} needs a draft model (--draft DIR)")
             if target.tokenizer is not None and draft.tokenizer is not None:
                 check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
+        if self.needs.mtp:
+            if mtp is None:
+                raise ValueError(
+                    f"drafter {config.drafter!r} needs MTP weights (--mtp DIR / model.mtp; "
+                    "train them: python -m training.mtp)"
+                )
+            check_target(mtp.config, target.model)
         self.device = target.device
         self.forward = target.forward  # built once per loaded model, shared by every engine on it
         self.context_limit = position_limit(target.model) or 1 << 30
         self.stop_tokens = frozenset(target.eos_token_ids)
-        self.suffix_index = (
-            new_shared_index(self.drafter_options) if isinstance(self.drafter_options, SuffixOptions) else None
-        )
-        self.weight_bytes = sum(_param_bytes(m.model) for m in (target, draft) if m is not None)
+        self.shared_state = drafter_shared_state(config.drafter, self.drafter_options)
+        models = [m.model for m in (target, self.draft) if m is not None] + ([self.mtp] if self.mtp is not None else [])
+        self.weight_bytes = sum(_param_bytes(m) for m in models)
         self._sessions = 0
+        self.new_drafter()  # a drafter that cannot work with these models fails here, not in the first session
 
     @staticmethod
     def validate(config: EngineConfig) -> tuple[object, AcceptanceRule]:
         """Check names, options and policy without touching models; returns (drafter options, rule).
 
         Cheap, so command lines call it before loading weights and fail on a typo in milliseconds.
+        A plain key goes to every owner that declares it (the drafter or its children, the acceptance
+        rule); `acceptance.KEY` only to the rule, `CHILD.KEY` only to that drafter.
         """
-        drafter_cls = drafter_options_class(config.drafter)
         acceptance_cls = acceptance_options_class(config.acceptance)
-        routed = split_options(config.options, {"drafter": drafter_cls, "acceptance": acceptance_cls})
-        drafter_options = build_options(drafter_cls, routed["drafter"], f"drafter {config.drafter!r}")
+        rule_keys = option_names(acceptance_cls)
+        drafter_values: dict[str, Any] = {}
+        rule_values: dict[str, Any] = {}
+        for key, value in flat_options(config.options).items():
+            owner, dot, rest = key.partition(".")
+            if dot and owner == "acceptance":
+                rule_values[rest] = value
+                continue
+            to_rule = not dot and key in rule_keys
+            to_drafter = drafter_takes(config.drafter, key)
+            if not (to_rule or to_drafter):
+                raise ValueError(
+                    f"unknown option {key!r}; allowed options: drafter {config.drafter!r}: "
+                    f"{drafter_option_keys(config.drafter)}, acceptance {config.acceptance!r}: {rule_keys}"
+                )
+            if to_rule:
+                rule_values[key] = value
+            if to_drafter:
+                drafter_values[key] = value
+        drafter_options = build_drafter_options(config.drafter, drafter_values)
         rule = make_acceptance(
-            config.acceptance,
-            build_options(acceptance_cls, routed["acceptance"], f"acceptance {config.acceptance!r}"),
+            config.acceptance, build_options(acceptance_cls, rule_values, f"acceptance {config.acceptance!r}")
         )
         SamplingParams(config.temperature, config.top_k, config.top_p)  # validates ranges
         GammaPolicy(config.gamma_policy, config.gamma, config.max_gamma, config.confidence)  # validates
-        if config.gamma_policy == "confidence" and not DRAFTERS[config.drafter][0].is_model:
+        if config.gamma_policy == "confidence" and not drafter_needs(config.drafter, drafter_options).distribution:
             raise ValueError(
-                f"gamma policy 'confidence' needs a model drafter (draft_model), not {config.drafter!r}"
+                "gamma policy 'confidence' needs a model drafter (draft_model, mtp, layer_skip or a combination "
+                f"with one), not {config.drafter!r}"
             )
         return drafter_options, rule
 
@@ -92,7 +138,7 @@ class Engine:
 
     def new_drafter(self) -> Drafter:
         """A drafter instance for a new session."""
-        resources = DrafterResources(target=self.target, draft=self.draft, suffix_index=self.suffix_index)
+        resources = DrafterResources(target=self.target, draft=self.draft, mtp=self.mtp, shared=self.shared_state)
         return make_drafter(self.config.drafter, self.drafter_options, resources)
 
     def new_gamma_policy(self) -> GammaPolicy:
@@ -118,10 +164,21 @@ class Engine:
         session = session or self.new_session()
         return session.generate(prompt, max_new_tokens, stop_tokens)
 
-    def reset_suffix_index(self) -> None:
-        """Forget every finished generation the suffix drafter learned from (measurement isolation)."""
-        if self.suffix_index is not None:
-            self.suffix_index.reset()
+    def reset_drafter_state(self) -> None:
+        """Forget what drafters learned across sessions (e.g. suffix's finished generations): measurement isolation."""
+        if self.shared_state is not None:
+            self.shared_state.reset()
+
+
+def flat_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """{"ngram": {"min_match": 3}} (what Hydra makes of engine.options.ngram.min_match=3) as {"ngram.min_match": 3}."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{k}": v for k, v in flat_options(value).items()})
+        else:
+            out[str(key)] = value
+    return out
 
 
 def _param_bytes(model) -> int:

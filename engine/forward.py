@@ -19,6 +19,7 @@ benchmarks count target forwards whatever the path.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from collections.abc import Callable
@@ -104,6 +105,71 @@ _WHAT = {
 }
 
 
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder layers of a causal LM (Llama-style `model.layers`, GPT-2's `transformer.h`, GPT-NeoX's)."""
+    body, name = _body(model)
+    return getattr(getattr(model, body), name)
+
+
+def _body(model: torch.nn.Module) -> tuple[str, str]:
+    """(attribute of the body on the causal LM, attribute of the layer list on the body)."""
+    for body in ("model", "transformer", "gpt_neox"):
+        inner = getattr(model, body, None)
+        for name in ("layers", "h"):
+            if isinstance(getattr(inner, name, None), torch.nn.ModuleList):
+                return body, name
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__} (model.layers / transformer.h)")
+
+
+def first_layers(model: torch.nn.Module, k: int) -> torch.nn.Module:
+    """A view of `model` that runs only its first `k` decoder layers, then its final norm and LM head.
+
+    Shallow copies of the causal LM and its body with their own module tables and a config saying k
+    layers (transformers' forward loops over config.num_hidden_layers layers and builds its masks and
+    caches from config.layer_types); every weight tensor is the model's own, nothing is copied.
+    """
+    body_name, layers_name = _body(model)
+    layers = getattr(getattr(model, body_name), layers_name)
+    if not 1 <= k < len(layers):
+        raise ValueError(f"first_layers: k={k} must be in [1, {len(layers) - 1}] for a {len(layers)}-layer model")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = k
+    if getattr(config, "n_layer", None) is not None:
+        config.n_layer = k
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types)[:k]
+    body = _shallow(getattr(model, body_name))
+    body._modules[layers_name] = torch.nn.ModuleList(list(layers)[:k])
+    body.config = config
+    view = _shallow(model)
+    view._modules[body_name] = body
+    view.config = config
+    return view
+
+
+def _shallow(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `module` sharing its parameters and submodules, with its own module table and no hooks.
+
+    copy.copy alone would share the hook dictionaries too, so a hook registered on the original (a
+    benchmark's forward counter) would fire on the view's forwards as well.
+    """
+    clone = copy.copy(module)
+    clone._modules = dict(module._modules)
+    for name, value in vars(module).items():
+        if "hook" in name and isinstance(value, dict):
+            setattr(clone, name, type(value)())
+    return clone
+
+
+def _catch(into: list[torch.Tensor]):
+    """A forward hook that keeps a decoder layer's output hidden states [1, n, h]."""
+
+    def hook(module, args, output) -> None:
+        into.append(output[0] if isinstance(output, tuple) else output)
+
+    return hook
+
+
 def _cache_keyword(model: torch.nn.Module) -> str:
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -122,6 +188,7 @@ class TransformersForward:
         self.choice = choice or choose_path(model, "transformers")
         self.observers: list[Observer] = []
         self._cache_kw = _cache_keyword(model)
+        self._last_layer = decoder_layers(model)[-1]
 
     def new_cache(self) -> DynamicCache:
         """An empty KV cache that grows in place and crops exactly (engine.kv.new_cache)."""
@@ -135,26 +202,32 @@ class TransformersForward:
         keep: int = 1,
         hidden: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits of the last `keep` positions [keep, V] (and last hidden states [keep, h] if asked).
+        """Logits of the last `keep` positions [keep, V] (and, if asked, the trunk output of every fed token [n, h]).
 
         Positions are taken from the cache length (host-side int), so the caller keeps the cache
-        cropped to exactly the tokens it has committed.
+        cropped to exactly the tokens it has committed. The trunk output (the last decoder layer's,
+        before the final norm) is caught by a hook on that layer, so no other layer's states are kept
+        (output_hidden_states would hold every layer's for every fed token).
         """
         start = cache.get_seq_length()
         for observe in self.observers:
             observe(start, tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, n]
         pos = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, n]
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=keep,
-            output_hidden_states=hidden,
-            **{self._cache_kw: cache},
-        )
-        last_hidden = out.hidden_states[-1][0, -keep:] if hidden else None
-        return out.logits[0], last_hidden  # [keep, V], [keep, h]
+        caught: list[torch.Tensor] = []
+        hook = self._last_layer.register_forward_hook(_catch(caught)) if hidden else None
+        try:
+            out = self.model(
+                input_ids=ids,
+                position_ids=pos,
+                use_cache=True,
+                logits_to_keep=keep,
+                **{self._cache_kw: cache},
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
+        return out.logits[0], (caught[0][0] if hidden else None)  # [keep, V], [n, h]
 
 
 class EngineForward(llama.LlamaForward):
@@ -177,7 +250,7 @@ class EngineForward(llama.LlamaForward):
         return self._graphs.new_cache() if self._graphs is not None else super().new_cache()
 
     def __call__(self, cache, tokens, keep=1, hidden=False):
-        """Logits of the last `keep` positions [keep, V] (and last hidden states [keep, h] if asked)."""
+        """Logits of the last `keep` positions [keep, V] (and the trunk output of every fed token [n, h] if asked)."""
         for observe in self.observers:
             observe(cache.get_seq_length(), tokens)
         if self._graphs is not None:

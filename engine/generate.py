@@ -19,6 +19,7 @@ from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
 from engine.loading import LoadedModel, load_model
+from engine.mtp import load_mtp
 from engine.options import parse_option_pairs
 
 
@@ -27,12 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="target model: local folder (or a cached hub id)")
     p.add_argument("--draft", help="draft model folder (drafter draft_model); must share the tokenizer")
-    p.add_argument("--drafter", default="none", help=f"one of {sorted(DRAFTERS)} (default: none)")
+    p.add_argument("--mtp", help="MTP module folder (drafter mtp, mtp+ngram); python -m training.mtp trains one")
+    p.add_argument(
+        "--drafter", default="none", help=f"one of {sorted(DRAFTERS)}, or A+B such as mtp+ngram (default: none)"
+    )
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per step (default: 4)")
     p.add_argument("--gamma-policy", default="fixed", help=f"one of {list(GAMMA_POLICIES)}")
     p.add_argument("--acceptance", default="exact", help=f"one of {sorted(ACCEPTANCE_RULES)} (non-exact are lossy)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="drafter/acceptance option, e.g. max_match=3, k=10, tau=0.2 (repeatable)")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="drafter/acceptance option, e.g. max_match=3, ngram.min_match=2, k=10 (repeatable)",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -55,8 +64,9 @@ def encode_prompt(target: LoadedModel, text: str, chat: bool) -> list[int]:
     if chat:
         if not getattr(tok, "chat_template", None):
             raise ValueError(f"--chat: the tokenizer of {target.path} has no chat template")
-        rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                           add_generation_prompt=True)
+        rendered = tok.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
         return tok.encode(rendered, add_special_tokens=False)
     return tok.encode(text)
 
@@ -64,15 +74,22 @@ def encode_prompt(target: LoadedModel, text: str, chat: bool) -> list[int]:
 def run(args: argparse.Namespace) -> dict:
     """Load, generate, and return the JSON-ready result."""
     config = EngineConfig(
-        drafter=args.drafter, gamma=args.gamma, gamma_policy=args.gamma_policy, acceptance=args.acceptance,
-        options=parse_option_pairs(args.option), temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed,
+        drafter=args.drafter,
+        gamma=args.gamma,
+        gamma_policy=args.gamma_policy,
+        acceptance=args.acceptance,
+        options=parse_option_pairs(args.option),
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
     )
     # Validate names before loading weights, so a typo fails in milliseconds.
     Engine.validate(config)
     target = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward)
     draft = load_model(args.draft, device=args.device, dtype=args.dtype, forward=args.forward) if args.draft else None
-    engine = Engine(target, config, draft=draft)
+    mtp = load_mtp(args.mtp, target.model) if args.mtp else None
+    engine = Engine(target, config, draft=draft, mtp=mtp)
     text = args.prompt if args.prompt is not None else args.prompt_file.read_text()
     result = engine.generate(encode_prompt(target, text, args.chat), args.max_new_tokens)
     out = result.to_dict()

@@ -10,7 +10,7 @@ weights packed once for the kernel that is fastest here. This is the same maths 
                 q, k = rope(q), rope(k);  cache[len : len + n] = k, v
                 x += softmax(q K^T / sqrt(d) + mask) V  Wo          (GQA: H / KV query heads per KV head)
                 a = rmsnorm(x);  x += (silu(a Wg) * (a Wu)) Wd
-    logits = rmsnorm(x)[-keep:] Wlm                                 [keep, V]
+    logits = rmsnorm(x)[-keep:] Wlm                                 [keep, V]  (x itself: the trunk output)
 
 The KV cache (`LlamaCache`) is one preallocated buffer per layer; appending writes the new rows and a
 rollback only moves the length back. Covered: what `covers` accepts; anything else stays on
@@ -279,7 +279,10 @@ class LlamaForward:
     def __call__(
         self, cache: LlamaCache, tokens: list[int], keep: int = 1, hidden: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits of the last `keep` positions [keep, V] (and their final hidden states [keep, h] if asked)."""
+        """Logits of the last `keep` positions [keep, V] (and, if asked, the trunk output of every fed token [n, h]).
+
+        The trunk output is the last decoder layer's, before the final norm (what an MTP module reads).
+        """
         start, n = cache.length, len(tokens)
         end = start + n
         cache.reserve(end)
@@ -301,7 +304,7 @@ class LlamaForward:
         x = self._decoder(x, cos[start:end], sin[start:end], write, view)
         cache.length = end
         last = _rmsnorm(x[-keep:], self.norm, self.eps)  # [keep, h]
-        return self.lm_head(last), (last if hidden else None)
+        return self.lm_head(last), (x if hidden else None)
 
     def static_cache(self, capacity: int) -> LlamaCache:
         """A cache whose buffers hold `capacity` positions from the start and never move (static_step's)."""

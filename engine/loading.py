@@ -24,7 +24,7 @@ from huggingface_hub.errors import HFValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from engine.forward import check_path, make_forward
+from engine.forward import check_path, decoder_layers, first_layers, make_forward
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 DTYPE_ALIASES: dict[str, torch.dtype] = {
@@ -124,6 +124,7 @@ class LoadedModel:
     dtype: torch.dtype
     forward_path: str = "auto"  # auto | transformers | torch | onednn (engine/forward.py)
     _forward: Any = field(default=None, init=False, repr=False)
+    _views: dict[int, LoadedModel] = field(default_factory=dict, init=False, repr=False)  # first_layers(k)
 
     @property
     def forward(self):
@@ -131,6 +132,27 @@ class LoadedModel:
         if self._forward is None:
             self._forward = make_forward(self.model, self.forward_path)
         return self._forward
+
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers of the model."""
+        return len(decoder_layers(self.model))
+
+    def first_layers(self, k: int) -> LoadedModel:
+        """This model cut after its first `k` decoder layers (final norm and LM head kept; weights shared).
+
+        Built once per k and kept, so its forward (and any packed weights) is shared by every session.
+        """
+        if k not in self._views:
+            self._views[k] = LoadedModel(
+                model=first_layers(self.model, k),
+                tokenizer=self.tokenizer,
+                path=f"{self.path} (first {k} of {self.num_layers} layers)",
+                device=self.device,
+                dtype=self.dtype,
+                forward_path=self.forward_path,
+            )
+        return self._views[k]
 
     @property
     def vocab_size(self) -> int:

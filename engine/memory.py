@@ -1,7 +1,8 @@
 """Memory model of speculative decoding from a model's config.json alone (no weights loaded).
 
 bytes = target weights + target KV × context + draft weights + draft KV × context + drafter (e.g. MTP)
-weights + verification workspace (grows with gamma + 1 rows) + a fixed runtime overhead; inverted by
+weights + drafter state × context (an MTP block's KV and the target hidden states it keeps, a layer-skip
+draft's k-layer KV) + verification workspace (grows with gamma + 1 rows) + a fixed runtime overhead; inverted by
 `largest_context` into the longest context that fits a VRAM ceiling (the tuner's constraint).
 
 KV counts the positions a context holds. The engine's caches (engine/kv.py GrowingLayer) reserve storage
@@ -277,7 +278,8 @@ class MemoryEstimate:
     target_kv: int  # target K/V over the context
     draft_weights: int  # draft model parameters (0 without one)
     draft_kv: int  # draft K/V over the same context
-    drafter_weights: int  # other drafter weights (MTP heads), as given
+    drafter_weights: int  # other drafter weights (MTP module), as given
+    drafter_kv: int  # per-position drafter state over the context (MTP block KV + kept hidden states, layer-skip KV)
     workspace: int  # transient activations and logits of the largest forward
     overhead: int  # fixed runtime allocation (CUDA context, allocator), as given
     dtype: str = ""  # weight dtype, for describe()
@@ -303,13 +305,35 @@ class MemoryEstimate:
             parts += [f"draft weights {self.draft_weights / scale:.1f}", f"draft KV {self.draft_kv / scale:.1f}"]
         if self.drafter_weights:
             parts.append(f"drafter {self.drafter_weights / scale:.1f}")
+        if self.drafter_kv:
+            parts.append(f"drafter state {self.drafter_kv / scale:.1f}")
         parts.append(f"workspace {self.workspace / scale:.1f}")
         if self.overhead:
             parts.append(f"overhead {self.overhead / scale:.1f}")
         return f"needs {self.total / scale:.1f} {unit} in {self.dtype} ({', '.join(parts)} {unit})"
 
 
-PARTS = tuple(f.name for f in fields(MemoryEstimate))[:7]  # the byte fields, in order (not dtype / context)
+PARTS = tuple(f.name for f in fields(MemoryEstimate))[:8]  # the byte fields, in order (not dtype / context)
+
+
+def mtp_weight_bytes(target: ModelShape, dtype: str, draft_vocab: int = 0) -> int:
+    """Bytes of an MTP module for `target` (engine/mtp.py): eh_proj 2h x h, one decoder block, 5 norms, and the
+    draft vocabulary's copy of the LM head rows (Vd x h; the full head is the target's own, shared)."""
+    h, d = target.hidden, target.head_dim
+    heads = target.heads or h // d
+    inter = target.intermediate or 4 * h
+    params = 2 * h * h + (2 * heads + 2 * target.kv_heads) * d * h + 3 * h * inter + 5 * h + draft_vocab * h
+    return math.ceil(params * dtype_bytes(dtype))
+
+
+def mtp_state_bytes_per_token(target: ModelShape, dtype: str) -> float:
+    """Per position: the MTP block's K and V (one layer) plus the target hidden state the drafter keeps."""
+    return (2 * target.kv_heads * target.head_dim + target.hidden) * dtype_bytes(dtype)
+
+
+def layer_skip_state_bytes_per_token(target: ModelShape, layers: int, dtype: str) -> float:
+    """Per position: the K and V of a layer-skip draft's own `layers`-layer cache."""
+    return 2 * layers * target.kv_heads * target.head_dim * dtype_bytes(dtype)
 
 
 def kv_bytes_for(shape: ModelShape, tokens: int, kv_dtype: str) -> int:
@@ -378,14 +402,20 @@ def estimate_memory(
     drafter_weight_bytes: int = 0,
     overhead_bytes: int = 0,
     prefill_tokens: int = 0,
+    drafter_bytes_per_token: float = 0.0,
 ) -> MemoryEstimate:
-    """Peak bytes of decoding `context` tokens with `gamma` draft tokens per step (gamma 0: plain decoding)."""
+    """Peak bytes of decoding `context` tokens with `gamma` draft tokens per step (gamma 0: plain decoding).
+
+    `drafter_bytes_per_token`: the drafter's own per-position state (mtp_state_bytes_per_token,
+    layer_skip_state_bytes_per_token), counted over the context like the KV.
+    """
     for name, value in (
         ("context", context),
         ("gamma", gamma),
         ("drafter_weight_bytes", drafter_weight_bytes),
         ("overhead_bytes", overhead_bytes),
         ("prefill_tokens", prefill_tokens),
+        ("drafter_bytes_per_token", drafter_bytes_per_token),
     ):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
@@ -396,6 +426,7 @@ def estimate_memory(
         draft_weights=math.ceil(draft.params * dtype_bytes(draft_dtype)) if draft else 0,
         draft_kv=kv_bytes_for(draft, context, kv_dtype or draft_dtype) if draft else 0,
         drafter_weights=drafter_weight_bytes,
+        drafter_kv=math.ceil(drafter_bytes_per_token * context),
         workspace=workspace_bytes(
             target,
             dtype=dtype,

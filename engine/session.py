@@ -38,7 +38,6 @@ class Session:
         self.drafter = engine.new_drafter()
         self.policy = engine.new_gamma_policy()
         self.generator = torch.Generator(device=engine.device).manual_seed(seed)
-        self.last_hidden: torch.Tensor | None = None  # target's last hidden state (MTP drafters)
         self.totals = GenerationStats()  # sum over this session's generations
 
     @property
@@ -54,8 +53,6 @@ class Session:
         """
         reuse = min(common_prefix(self.history, prompt), self.kv_length, len(prompt) - 1)
         crop_cache(self.cache, reuse)
-        if reuse < len(self.history):
-            self.last_hidden = None
         self.history = list(prompt)
         return reuse
 

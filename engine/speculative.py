@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.drafters import Draft, DraftContext
+from engine.drafters import Draft, DraftContext, Verified
 from engine.kv import crop_cache, kv_bytes
 from engine.stats import GenerationStats
 
@@ -123,7 +123,7 @@ def generate(
         k = min(policy.next_length(), budget - len(generated) - 1)
         draft = Draft()
         if k > 0:
-            ctx = DraftContext(history, k, engine.params, session.generator, policy.stop_below(), session.last_hidden)
+            ctx = DraftContext(history, k, engine.params, session.generator, policy.stop_below())
             draft = drafter.propose(ctx)
             if len(draft.tokens) > k:  # a drafter may not overrun its budget
                 draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.sources[:k])
@@ -132,7 +132,9 @@ def generate(
         n = len(draft.tokens)
 
         feed = [*pending, *draft.tokens]
-        logits, hidden = engine.forward(cache, feed, keep=n + 1, hidden=drafter.needs_target_hidden)  # [n+1, V]
+        start = len(history) - len(pending)  # positions the target KV holds before this forward
+        # hidden: the trunk output of every fed token [len(feed), h], only for drafters that read it (mtp)
+        logits, hidden = engine.forward(cache, feed, keep=n + 1, hidden=drafter.needs.target_hidden)  # [n+1, V]
         max_kv = max(max_kv, len(history) + n)
         phase = "prefill" if len(pending) > 1 else "verify"
         verdict = engine.acceptance.verify(logits, draft.tokens, draft.probs, engine.params, session.generator)
@@ -149,20 +151,15 @@ def generate(
             stats.drafted += n
             _extend(stats.drafted_per_position, n)
             _extend(stats.accepted_per_position, kept)
-            for name in dict.fromkeys(draft.sources):
-                stats.credit(
-                    name,
-                    sum(s == name for s in draft.sources),
-                    sum(s == name for s in draft.sources[:kept]),
-                )
+            stats.credit_step(draft.sources, kept)
 
         history.extend(emitted)
         generated.extend(emitted)
-        pending = [history[-1]]
         crop_cache(cache, len(history) - 1)  # roll back rejected positions
-        if hidden is not None:
-            session.last_hidden = hidden[len(emitted) - 1]
-        drafter.commit(history)
+        # The KV gained positions [start, len(history) - 1): the fed prompt suffix and the kept tokens.
+        rows = hidden[: len(pending) + len(emitted) - 1] if hidden is not None else None
+        drafter.commit(Verified(history, len(emitted), rows, start))
+        pending = [history[-1]]
         policy.update(n, a)
         clock.lap("other")
         if hit_stop:

@@ -17,6 +17,20 @@ def _add_lists(a: list[int], b: list[int]) -> list[int]:
     return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
 
 
+def _new_share() -> dict[str, Any]:
+    return {"drafts": 0, "drafted": 0, "accepted": 0, "drafted_per_position": [], "accepted_per_position": []}
+
+
+def _copy_share(share: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, list) else v for k, v in share.items()}
+
+
+def _bump(counts: list[int], i: int) -> None:
+    if len(counts) <= i:
+        counts.extend([0] * (i + 1 - len(counts)))
+    counts[i] += 1
+
+
 @dataclass
 class GenerationStats:
     """Counters of one generation (or a sum of many)."""
@@ -29,7 +43,8 @@ class GenerationStats:
     accepted: int = 0  # draft tokens accepted and kept in the output (after EOS / max-token cuts)
     drafted_per_position: list[int] = field(default_factory=list)  # index i: drafts with a token at i
     accepted_per_position: list[int] = field(default_factory=list)  # index i: kept accepted at i
-    per_drafter: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> drafts/drafted/accepted
+    # name -> drafts (steps it led) / drafted / accepted, and its drafted_per_position / accepted_per_position
+    per_drafter: dict[str, dict[str, Any]] = field(default_factory=dict)
     prompt_tokens: int = 0  # prompt tokens given to the session
     reused_tokens: int = 0  # prompt tokens whose KV came from the session's cache
     prefilled_tokens: int = 0  # prompt tokens the target computed
@@ -48,19 +63,28 @@ class GenerationStats:
         """1 + accepted / drafts: tokens per verification, bonus included (vLLM / llama.cpp style)."""
         return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
 
-    def credit(self, drafter: str, drafted: int, accepted: int) -> None:
-        """Add one verification step's counts to a drafter's share."""
-        share = self.per_drafter.setdefault(drafter, {"drafts": 0, "drafted": 0, "accepted": 0})
-        share["drafts"] += 1 if drafted else 0
-        share["drafted"] += drafted
-        share["accepted"] += accepted
+    def credit_step(self, sources: list[str], kept: int) -> None:
+        """Credit one step's draft to its proposers: sources[i] drafted position i, the first `kept` stayed.
+
+        The step counts once, for the drafter of its first token (so sum of per-drafter `drafts` ==
+        `drafts` even when two drafters filled one step); drafted / accepted count per token, and
+        per-position counts index the token's position in the step's draft.
+        """
+        for i, name in enumerate(sources):
+            share = self.per_drafter.setdefault(name, _new_share())
+            share["drafts"] += i == 0
+            share["drafted"] += 1
+            share["accepted"] += i < kept
+            _bump(share["drafted_per_position"], i)
+            if i < kept:
+                _bump(share["accepted_per_position"], i)
 
     def __add__(self, other: GenerationStats) -> GenerationStats:
-        per: dict[str, dict[str, int]] = {k: dict(v) for k, v in self.per_drafter.items()}
+        per = {k: _copy_share(v) for k, v in self.per_drafter.items()}
         for name, share in other.per_drafter.items():
-            mine = per.setdefault(name, {"drafts": 0, "drafted": 0, "accepted": 0})
+            mine = per.setdefault(name, _new_share())
             for k, v in share.items():
-                mine[k] = mine.get(k, 0) + v
+                mine[k] = _add_lists(mine.get(k, []), v) if isinstance(v, list) else mine.get(k, 0) + v
         return GenerationStats(
             new_tokens=self.new_tokens + other.new_tokens,
             target_forwards=self.target_forwards + other.target_forwards,
@@ -90,7 +114,7 @@ class GenerationStats:
             "accepted": self.accepted,
             "drafted_per_position": list(self.drafted_per_position),
             "accepted_per_position": list(self.accepted_per_position),
-            "per_drafter": {k: dict(v) for k, v in self.per_drafter.items()},
+            "per_drafter": {k: _copy_share(v) for k, v in self.per_drafter.items()},
             "prompt_tokens": self.prompt_tokens,
             "reused_tokens": self.reused_tokens,
             "prefilled_tokens": self.prefilled_tokens,

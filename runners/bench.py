@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--draft", default=None, help="draft model folder for draft_model / assisted generation (needs --model)"
     )
     eng.add_argument(
+        "--mtp",
+        default=None,
+        help="MTP module folder for the mtp and mtp+ngram cases (needs --model; default: the target folder's ../mtp"
+        " when it holds one, as models/spectune-tiny does)",
+    )
+    eng.add_argument(
         "--prompts",
         choices=PROMPT_SETS,
         default="builtin",
@@ -154,6 +160,11 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     max_new = args.max_new_tokens if args.max_new_tokens is not None else (24 if args.quick else 128)
     if args.draft is not None and args.model is None:
         parser.error("--draft needs --model (the draft must share the target's tokenizer)")
+    if args.mtp is not None and args.model is None:
+        parser.error("--mtp needs --model (an MTP module is trained for one target)")
+    mtp = args.mtp
+    if mtp is None and args.model is not None and (Path(args.model).parent / "mtp" / "config.json").is_file():
+        mtp = str(Path(args.model).parent / "mtp")  # a bundled pair's own MTP module (models/spectune-tiny/mtp)
 
     # transformers' loading / saving progress bars and info logs would clutter stderr; restored afterwards.
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
@@ -175,6 +186,7 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             dtype=args.dtype,
             forward=args.forward,
             device=args.device,
+            mtp=mtp,
         )
     except (ValueError, FileNotFoundError) as exc:  # a bad --device / --dtype / --forward, a broken model folder
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

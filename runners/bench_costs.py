@@ -93,6 +93,7 @@ def limit_rows(
     target_costs: dict[str, Any],
     draft_costs: dict[str, Any] | None,
     gamma: int,
+    cases: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per spectune drafter: E, the verify cost R, the draft cost C, the bound and measured ON/OFF ÷ bound.
 
@@ -101,7 +102,8 @@ def limit_rows(
     k = round(mean draft length) + 1 rows when it drafted and one otherwise, so the verify cost of an
     average step is R = d·R_k + (1 - d) with d the share of decode steps that drafted. C = drafting time
     per decode step ÷ t_1: for draft_model, mean draft length one-token draft forwards (the draft's own
-    t_1) on the drafting steps; for lookup drafters the engine's drafting time in the timed passes.
+    t_1) on the drafting steps; for every other drafter (lookup, mtp, layer_skip, combined) the engine's
+    drafting time in the timed passes. `cases`: spectune case -> row name (default: ngram, suffix, draft_model).
 
     The same bound from the engine's own phase timers in the timed passes (`*_in_generation`): R = verify time
     per decode step ÷ plain decoding's, C = drafting time per step ÷ plain's step. Forwards inside a
@@ -113,8 +115,8 @@ def limit_rows(
     t1 = target_costs["t_s"][1]
     t1_gen = _verify_per_step(base)
     rows: dict[str, dict[str, Any]] = {}
-    cases = (("spectune_ngram", "ngram"), ("spectune_suffix", "suffix"), ("spectune_draft_model", "draft_model"))
-    for case, drafter in cases:
+    cases = cases or {"spectune_ngram": "ngram", "spectune_suffix": "suffix", "spectune_draft_model": "draft_model"}
+    for case, drafter in cases.items():
         a = acceptance.get(case)
         if a is None:
             continue

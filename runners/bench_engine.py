@@ -30,6 +30,7 @@ import torch
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
+from engine.mtp import MtpModule, load_mtp
 from runners.bench_costs import limit_rows, paths_costs, synchronize
 from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
@@ -52,7 +53,15 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ngram_on_vs_off": ("spectune_ngram", "spectune_plain"),
     "suffix_on_vs_off": ("spectune_suffix", "spectune_plain"),
     "draft_on_vs_off": ("spectune_draft_model", "spectune_plain"),
+    **{f"mtp_g{g}_on_vs_off": (f"spectune_mtp_g{g}", "spectune_plain") for g in (1, 2, 3, 4)},
+    **{f"mtp_g{g}_vs_draft": (f"spectune_mtp_g{g}", "spectune_draft_model") for g in (1, 2, 3, 4)},
+    **{f"layer_skip_k{k}_on_vs_off": (f"spectune_layer_skip_k{k}", "spectune_plain") for k in (1, 2)},
+    "layer_skip_k1_vs_transformers": ("spectune_layer_skip_k1", "transformers_early_exit_k1"),
+    "mtp_ngram_first_on_vs_off": ("spectune_mtp_ngram_first", "spectune_plain"),
+    "mtp_ngram_extend_on_vs_off": ("spectune_mtp_ngram_extend", "spectune_plain"),
 }
+MTP_GAMMAS = (1, 2, 3, 4)
+LAYER_SKIPS = (1, 2)
 # identity check -> (case, reference case): greedy outputs that must be equal token for token.
 IDENTITY: dict[str, tuple[str, str]] = {
     "plain_vs_transformers": ("spectune_plain", "transformers_greedy"),
@@ -61,6 +70,21 @@ IDENTITY: dict[str, tuple[str, str]] = {
     "ngram_vs_plain": ("spectune_ngram", "spectune_plain"),
     "suffix_vs_plain": ("spectune_suffix", "spectune_plain"),
     "draft_vs_plain": ("spectune_draft_model", "spectune_plain"),
+    **{f"mtp_g{g}_vs_plain": (f"spectune_mtp_g{g}", "spectune_plain") for g in MTP_GAMMAS},
+    **{f"layer_skip_k{k}_vs_plain": (f"spectune_layer_skip_k{k}", "spectune_plain") for k in LAYER_SKIPS},
+    "layer_skip_k1_vs_transformers": ("spectune_layer_skip_k1", "transformers_early_exit_k1"),
+    "mtp_ngram_first_vs_plain": ("spectune_mtp_ngram_first", "spectune_plain"),
+    "mtp_ngram_extend_vs_plain": ("spectune_mtp_ngram_extend", "spectune_plain"),
+}
+# spectune case -> (the drafter row of the limit table, its ON/OFF ratio key)
+DRAFTER_CASES: dict[str, tuple[str, str]] = {
+    "spectune_ngram": ("ngram", "ngram_on_vs_off"),
+    "spectune_suffix": ("suffix", "suffix_on_vs_off"),
+    "spectune_draft_model": ("draft_model", "draft_on_vs_off"),
+    **{f"spectune_mtp_g{g}": (f"mtp_g{g}", f"mtp_g{g}_on_vs_off") for g in MTP_GAMMAS},
+    **{f"spectune_layer_skip_k{k}": (f"layer_skip_k{k}", f"layer_skip_k{k}_on_vs_off") for k in LAYER_SKIPS},
+    "spectune_mtp_ngram_first": ("mtp+ngram first", "mtp_ngram_first_on_vs_off"),
+    "spectune_mtp_ngram_extend": ("mtp+ngram extend", "mtp_ngram_extend_on_vs_off"),
 }
 FORWARD_DEFINITION = (
     "new tokens / target-model forward calls, every call counted (prefill included) by the same forward "
@@ -160,7 +184,7 @@ def _spectune_case(name: str, engine: Engine, prompts: list[list[int]], max_new:
     def run(i: int):
         return engine.generate(prompts[i], max_new, stop_tokens=no_stop)
 
-    before = engine.reset_suffix_index if engine.config.drafter == "suffix" else (lambda: None)
+    before = engine.reset_drafter_state
     return Case(name, "spectune", run, lambda raw, i: raw.tokens, before, lambda raw: raw.stats)
 
 
@@ -207,14 +231,19 @@ def configure_assistant(draft: torch.nn.Module, gamma: int) -> None:
 
 
 def build_cases(
-    target: LoadedModel, draft: LoadedModel | None, prompts: list[list[int]], gamma: int, max_new: int
+    target: LoadedModel,
+    draft: LoadedModel | None,
+    prompts: list[list[int]],
+    gamma: int,
+    max_new: int,
+    mtp: MtpModule | None = None,
 ) -> tuple[list[Case], dict[str, str]]:
     """Every case in its fixed order, plus the cases skipped and why. Engines are built here, once."""
     inputs = [torch.tensor([p], device=target.device) for p in prompts]
     tm = target.model
 
     def spec(name: str, **cfg: Any) -> Case:
-        engine = Engine(target, EngineConfig(**cfg), draft=draft if cfg["drafter"] == "draft_model" else None)
+        engine = Engine(target, EngineConfig(**cfg), draft=draft, mtp=mtp)  # each keeps what its drafter needs
         return _spectune_case(name, engine, prompts, max_new)
 
     cases = [
@@ -241,6 +270,29 @@ def build_cases(
         why = "no draft model (--draft DIR): unsupported, not measured"
         skipped = {"spectune_draft_model": why, "transformers_assisted": why}
     cases.append(spec("spectune_suffix", drafter="suffix", gamma=gamma))
+    if mtp is not None:
+        cases += [spec(f"spectune_mtp_g{g}", drafter="mtp", gamma=g) for g in MTP_GAMMAS]
+        ngram = {"ngram.min_match": 1, "ngram.max_match": 2}
+        cases += [
+            spec(f"spectune_mtp_ngram_{p}", drafter="mtp+ngram", gamma=gamma, options={"policy": p, **ngram})
+            for p in ("first", "extend")
+        ]
+    else:
+        why = "no MTP module (--mtp DIR): unsupported, not measured"
+        names = [f"spectune_mtp_g{g}" for g in MTP_GAMMAS] + ["spectune_mtp_ngram_first", "spectune_mtp_ngram_extend"]
+        skipped.update(dict.fromkeys(names, why))
+    for k in LAYER_SKIPS:
+        if k < target.num_layers:
+            cases.append(spec(f"spectune_layer_skip_k{k}", drafter="layer_skip", gamma=gamma, options={"layers": k}))
+        else:
+            skipped[f"spectune_layer_skip_k{k}"] = f"the target has {target.num_layers} layers: nothing to skip"
+    if 1 < target.num_layers:
+        # transformers' own self-speculation: the first k layers and the LM head draft (EarlyExitCandidateGenerator)
+        cases.append(
+            _transformers_case(
+                "transformers_early_exit_k1", tm, inputs, max_new, assistant_early_exit=1, num_assistant_tokens=gamma
+            )
+        )
     return cases, skipped
 
 
@@ -579,6 +631,7 @@ def run_engine_bench(
     dtype: str = "float32",
     forward: str = "auto",
     device: str = "cpu",
+    mtp: str | None = None,
 ) -> dict[str, Any]:
     """Load (or build) the models, measure every case, return the report.
 
@@ -595,6 +648,7 @@ def run_engine_bench(
         model, draft = str(target_dir), str(draft_dir)
     target = load_model(model, device=device, dtype=dtype, forward=forward)
     draft_m = load_model(draft, device=device, dtype=dtype, forward=forward) if draft is not None else None
+    mtp_m = load_mtp(mtp, target.model) if mtp is not None else None
     if prompt_set not in PROMPT_SETS:
         raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":
@@ -606,7 +660,7 @@ def run_engine_bench(
         chosen: tuple[Prompt, ...] = QUICK_PROMPTS if quick else PROMPTS
         prompts = [target.tokenizer.encode(p.text, add_special_tokens=False) for p in chosen]
         names, kinds = [p.name for p in chosen], [p.kind for p in chosen]
-    cases, skipped = build_cases(target, draft_m, prompts, gamma, max_new_tokens)
+    cases, skipped = build_cases(target, draft_m, prompts, gamma, max_new_tokens, mtp_m)
     setup = {
         "device": str(target.device),
         "threads": torch.get_num_threads(),
@@ -646,7 +700,16 @@ def run_engine_bench(
         "spectune_settings": {
             "spectune_ngram": {"gamma": gamma, "min_match": 1, "max_match": 2},
             "spectune_draft_model": {"gamma": gamma, "gamma_policy": "fixed"},
-            "spectune_suffix": {"gamma": gamma, "reset_suffix_index": "before every pass"},
+            "spectune_suffix": {"gamma": gamma, "reset_drafter_state": "before every pass"},
+            "spectune_mtp_g*": {"gamma": "the case's", "mtp": mtp},
+            "spectune_mtp_ngram_*": {
+                "gamma": gamma,
+                "policy": "the case's",
+                "ngram.min_match": 1,
+                "ngram.max_match": 2,
+            },
+            "spectune_layer_skip_k*": {"gamma": gamma, "layers": "the case's"},
+            "transformers_early_exit_k1": {"assistant_early_exit": 1, "num_assistant_tokens": gamma},
         },
     }
     meas = measure(
@@ -671,9 +734,9 @@ def run_engine_bench(
     setup["load_average_1m"]["end"] = _load()
     report = build_report(meas, cases, skipped, names, setup)
     report["costs"] = {"target": target_costs, "draft": draft_costs, "paths": paths}
-    ratio_keys = {"ngram": "ngram_on_vs_off", "suffix": "suffix_on_vs_off", "draft_model": "draft_on_vs_off"}
-    on_vs_off = {drafter: report.get(key) for drafter, key in ratio_keys.items()}
-    report["limits"] = limit_rows(report["acceptance"], on_vs_off, target_costs, draft_costs, gamma)
+    on_vs_off = {drafter: report.get(key) for drafter, key in DRAFTER_CASES.values()}
+    cases_rows = {case: drafter for case, (drafter, _) in DRAFTER_CASES.items()}
+    report["limits"] = limit_rows(report["acceptance"], on_vs_off, target_costs, draft_costs, gamma, cases_rows)
     return report
 
 

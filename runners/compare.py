@@ -82,9 +82,9 @@ class Comparison:
         self.unsupported: str | None = None  # why the candidate cannot run on these models
         if candidate is not None:
             try:
-                draft = models.draft if candidate.drafter == "draft_model" else None
-                self.candidate_engine = Engine(models.target, candidate, draft=draft)
-            except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ
+                # the engine keeps only what the drafter needs (Engine.needs)
+                self.candidate_engine = Engine(models.target, candidate, draft=models.draft, mtp=models.mtp)
+            except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ, no MTP weights
                 self.unsupported = str(exc)
 
     @property
@@ -107,7 +107,7 @@ class Comparison:
             self._warm_up()
         for repeat in range(self.repeats):
             if self.candidate_engine is not None:
-                self.candidate_engine.reset_suffix_index()  # every repeat starts from the same drafter state
+                self.candidate_engine.reset_drafter_state()  # every repeat starts from the same drafter state
             for index, instance in enumerate(self.instances):
                 if (instance.instance_id, repeat) in self.skip:
                     continue
@@ -132,7 +132,7 @@ class Comparison:
         for engine in (self.baseline_engine, self.candidate_engine):
             if engine is not None:
                 engine.generate(prompt, 16)
-                engine.reset_suffix_index()  # the warm-up must not teach the suffix drafter anything
+                engine.reset_drafter_state()  # the warm-up must not teach the suffix drafter anything
 
     def _episode(self, side: str, engine: Engine, instance: Instance, repeat: int, seed: int) -> SideRun:
         """Run the agent on one task with one engine, then grade its final diff in a fresh sandbox."""

@@ -16,7 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from agents.loop import AgentConfig
 from engine.acceptance import ACCEPTANCE_RULES
-from engine.drafters import DRAFTERS
+from engine.drafters import DRAFTERS, drafter_needs, is_known_drafter
 from engine.engine import EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
@@ -56,7 +56,7 @@ class ModelConf:
     name: str = "tiny"  # label recorded in MLflow and predictions
     target: str = MISSING  # path / hub id of the target model; `tiny` = a random model built by engine.tiny
     draft: str | None = "tiny"  # draft model for drafter=draft_model; null = none
-    mtp: str | None = None  # MTP heads (later issues)
+    mtp: str | None = None  # MTP module folder for engine=mtp / mtp+ngram (python -m training.mtp writes one)
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16 | float64
     forward: str = "auto"  # numeric path: auto | transformers | torch | onednn (engine/forward.py)
     device: str | None = None  # overrides hardware.device when set
@@ -169,7 +169,8 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
     _choice(cfg.model.forward, list(PATHS), "model.forward")
-    _choice(cfg.engine.drafter, sorted(DRAFTERS), "engine.drafter")
+    if not is_known_drafter(cfg.engine.drafter):
+        _choice(cfg.engine.drafter, [*sorted(DRAFTERS), "A+B (e.g. mtp+ngram)"], "engine.drafter")
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")
     _choice(cfg.engine.gamma_policy, list(GAMMA_POLICIES), "engine.gamma_policy")
     if cfg.run.repeats < 1:
@@ -181,4 +182,9 @@ def check_config(cfg: Any) -> EngineConfig:
     from engine.engine import Engine
 
     Engine.validate(candidate)  # option names and values, with the allowed ones in the message
+    if drafter_needs(candidate.drafter).mtp and not cfg.model.mtp:
+        raise ValueError(
+            f"engine.drafter={candidate.drafter} needs MTP weights: model={cfg.model.name} has model.mtp=null "
+            "(pass model.mtp=DIR; python -m training.mtp --target DIR --out DIR trains one)"
+        )
     return candidate

@@ -16,6 +16,7 @@ from pathlib import Path
 from transformers.utils import logging as hf_logging
 
 from engine.loading import LoadedModel, load_model
+from engine.mtp import MtpModule, load_mtp
 from engine.tiny import make_tiny_model
 
 TINY = "tiny"
@@ -74,6 +75,8 @@ class Models:
     draft: LoadedModel | None
     target_path: str
     draft_path: str | None
+    mtp: MtpModule | None = None  # MTP weights bound to the target (model.mtp), for drafters that need them
+    mtp_path: str | None = None
 
     def forward_paths(self) -> dict[str, str | None]:
         """The numeric path each model runs on and why (provenance), e.g. "onednn float32 (auto: ...)"."""
@@ -84,9 +87,15 @@ class Models:
 
 
 def load_models(
-    target: str, draft: str | None, *, device: str = "auto", dtype: str = "auto", forward: str = "auto"
+    target: str,
+    draft: str | None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    forward: str = "auto",
+    mtp: str | None = None,
 ) -> Models:
-    """Load the configured models; `tiny` builds the random pair on first use."""
+    """Load the configured models (and MTP weights for the target); `tiny` builds the random pair on first use."""
     hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress output
     target_path, draft_path = target, draft
     if TINY in (target, draft):
@@ -97,4 +106,6 @@ def load_models(
     draft_path = resolve_model_path(draft_path) if draft_path else None
     loaded_target = load_model(target_path, device=device, dtype=dtype, forward=forward)
     loaded_draft = load_model(draft_path, device=device, dtype=dtype, forward=forward) if draft_path else None
-    return Models(loaded_target, loaded_draft, target_path, draft_path)
+    mtp_path = resolve_model_path(mtp) if mtp else None
+    loaded_mtp = load_mtp(mtp_path, loaded_target.model) if mtp_path else None
+    return Models(loaded_target, loaded_draft, target_path, draft_path, loaded_mtp, mtp_path)

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from rich.console import Console
 
+from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from engine.loading import ModelNotFoundError
 from runners.compare import Comparison
@@ -71,7 +72,12 @@ def hardware_block(cfg: DictConfig, device: torch.device, summary: dict[str, Any
 
 
 def prepare(
-    cfg: DictConfig, candidate: EngineConfig | None, *, draft: str | None, plain: EngineConfig | None = None
+    cfg: DictConfig,
+    candidate: EngineConfig | None,
+    *,
+    draft: str | None,
+    plain: EngineConfig | None = None,
+    mtp: str | None = None,
 ) -> tuple[list[Instance], Models, Path, Comparison]:
     """Instances, loaded models, output folder and the Comparison a command runs (shared by run and eval_model)."""
     task = cfg.task
@@ -80,7 +86,9 @@ def prepare(
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     device = cfg.model.device or cfg.hardware.device
-    models = load_models(cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward)
+    models = load_models(
+        cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward, mtp=mtp
+    )
     out_dir = Path(cfg.run.root) / cfg.run.name
     comparison = Comparison(
         models,
@@ -109,7 +117,12 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     folder = plan(Path(cfg.run.root) / cfg.run.name, cfg)  # reads only: refuse before loading anything
     with GracefulStop(console) as stop:
         try:
-            instances, models, out_dir, comparison = prepare(cfg, candidate, draft=cfg.model.draft)
+            instances, models, out_dir, comparison = prepare(
+                cfg,
+                candidate,
+                draft=cfg.model.draft,
+                mtp=cfg.model.mtp if drafter_needs(candidate.drafter).mtp else None,
+            )
             config_dict = OmegaConf.to_container(cfg, resolve=True)
             tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
         except KeyboardInterrupt:

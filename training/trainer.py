@@ -155,6 +155,7 @@ def train(
     recent: list[float] = []
     last_loss = float("nan")
     end = config.steps if stop_after is None else min(config.steps, stop_after)
+    first = step  # steps done before this run (a resume): the ETA counts only this run's pace
     while step < end:
         indices = batch_at(step, groups, config.seed)
         ids, mask = pad(sequences, indices, pad_id)
@@ -171,9 +172,10 @@ def train(
         if step % config.log_every == 0 or step == end:
             elapsed = time.perf_counter() - t0
             last_loss = sum(recent) / len(recent)
+            eta = elapsed / (step - first) * (end - step) if step > first else 0.0
             log(
                 f"step {step}/{config.steps} loss {last_loss:.4f} lr {schedule(step - 1, config):.2e} "
-                f"{tokens / elapsed:.0f} tok/s {elapsed:.0f} s"
+                f"{tokens / elapsed:.0f} tok/s {elapsed:.0f} s, ETA {eta:.0f} s"
             )
             recent = []
         if time.perf_counter() - last_save >= config.checkpoint_s:

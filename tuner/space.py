@@ -17,14 +17,14 @@ import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from engine.acceptance import ACCEPTANCE_RULES, acceptance_options_class
-from engine.drafters import DRAFTERS, drafter_options_class
+from engine.drafters import DRAFTERS, drafter_needs, drafter_options_class
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
 from engine.options import option_names
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
 # Drafters whose proposals come from a model; only they may use the `confidence` gamma policy.
-MODEL_DRAFTERS = frozenset(name for name, (cls, _) in DRAFTERS.items() if getattr(cls, "is_model", False))
+MODEL_DRAFTERS = frozenset(name for name in DRAFTERS if drafter_needs(name).distribution)
 BASELINE = "none"  # speculation OFF is the study's trial 0, never a candidate
 
 

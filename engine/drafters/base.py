@@ -1,8 +1,11 @@
-"""The drafter Protocol: what every drafter implements, and what it is given.
+"""The drafter Protocol (v2): what every drafter implements, what it is given, and what it needs.
 
-A drafter instance belongs to one session (its state: indexes, a draft KV cache); resources shared
-by all sessions of an engine (draft weights, the cross-generation suffix index, the target model
-for self-speculation) arrive through `DrafterResources`. Not here: acceptance, the decode loop.
+A drafter instance belongs to one session (its state: indexes, a draft KV cache, an MTP block's
+cache); resources shared by all sessions of an engine (draft weights, MTP weights, engine-wide state
+such as the suffix drafter's index of finished generations, the target model for self-speculation)
+arrive through `DrafterResources`. What a drafter needs from the engine is declared per instance
+(`Needs`, from the class hook `needs_for(options)`), so a combined drafter needs the union of its
+children's needs. Not here: acceptance, the decode loop.
 """
 
 from __future__ import annotations
@@ -15,20 +18,39 @@ import torch
 from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from engine.drafters.suffix_index import SuffixIndex
     from engine.loading import LoadedModel
+    from engine.mtp import MtpModule
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a drafter needs from the engine and the decode loop."""
+
+    target_hidden: bool = False  # commit() gets the target's trunk hidden states of every position it added
+    distribution: bool = False  # proposals come from a model with a distribution q (the confidence policy applies)
+    draft_model: bool = False  # the engine must be given a draft model
+    mtp: bool = False  # the engine must be given MTP weights
+
+    def __or__(self, other: Needs) -> Needs:
+        """The union: what either needs."""
+        return Needs(*(a or b for a, b in zip(self._values(), other._values(), strict=True)))
+
+    def _values(self) -> tuple[bool, ...]:
+        return (self.target_hidden, self.distribution, self.draft_model, self.mtp)
 
 
 @dataclass
 class DraftContext:
     """What a drafter may read when proposing."""
 
-    history: list[int]  # full token history; the target processes history[-1] next
+    history: list[int]  # the session's committed history; the target processes history[-1] next
     max_tokens: int  # propose at most this many tokens (>= 1)
     params: SamplingParams  # the target's sampling transform; model drafters return q under it
     generator: torch.Generator | None  # the session's RNG, for sampling drafters
     confidence: float | None = None  # model drafters stop when a token's probability is below it
-    target_hidden: torch.Tensor | None = None  # [h] target's last hidden state (MTP drafters)
+    # Tokens another drafter already proposed this step (a combined drafter's `extend` policy): continue
+    # after history + prefix. Only drafters with a distribution are asked to continue a prefix.
+    prefix: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -36,9 +58,27 @@ class Draft:
     """A proposal: tokens, their draft distributions, and who proposed each."""
 
     tokens: list[int] = field(default_factory=list)
-    probs: torch.Tensor | None = None  # [n, V_target] effective q; None: deterministic (one-hot q)
+    # [n, V_target] effective q per token; None: every token deterministic (one-hot q). A draft mixing
+    # deterministic and sampled tokens carries one-hot rows for the deterministic ones.
+    probs: torch.Tensor | None = None
     sources: list[str] = field(default_factory=list)  # drafter credited for each token
     limited: bool = False  # True: nothing proposed because the drafter's own context limit was reached
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What one target forward established; passed to commit().
+
+    `hidden` (only for drafters that need target_hidden) holds the target's trunk output (the last
+    decoder layer's, before the final norm) for the positions [hidden_start, len(history) - 1) that the
+    target's KV cache gained this step: the prompt suffix a turn's first forward prefilled, the last
+    token, and the accepted draft tokens. The row of position t pairs with the token history[t + 1].
+    """
+
+    history: list[int]  # the session history after this step (rejected drafts are gone)
+    added: int  # tokens this step appended to the history (accepted drafts + the correction / bonus)
+    hidden: torch.Tensor | None = None  # [len(history) - 1 - hidden_start, h]
+    hidden_start: int = 0  # position of hidden's first row
 
 
 @dataclass
@@ -47,29 +87,62 @@ class DrafterResources:
 
     target: LoadedModel
     draft: LoadedModel | None = None  # the draft model of `draft_model`
-    suffix_index: SuffixIndex | None = None  # finished generations, for `suffix` with scope=engine
-    extra: dict[str, Any] = field(default_factory=dict)
+    mtp: MtpModule | None = None  # the MTP weights of `mtp`
+    shared: Any = None  # engine-wide drafter state: what the drafter class's shared_state() returned
 
 
 class Drafter(Protocol):
-    """Proposes draft tokens; tracks the session history it drafts from."""
+    """Proposes draft tokens; tracks the session history it drafts from.
+
+    Class hooks besides the methods below (engine/drafters/__init__.py calls them):
+    `needs_for(options) -> Needs` and `shared_state(options) -> object with reset() | None`.
+    """
 
     name: str
-    needs_target_hidden: bool  # True: the loop passes the target's last hidden state (MTP)
-    is_model: bool  # True: proposals come from a model with a distribution q (confidence applies)
+    needs: Needs  # per instance: a combined drafter's is the union of its children's
 
     def begin(self, history: list[int]) -> None:
         """A generation starts; `history` is the session's full history (may diverge from before)."""
         ...
 
     def propose(self, ctx: DraftContext) -> Draft:
-        """Up to ctx.max_tokens tokens that likely follow ctx.history (may be empty)."""
+        """Up to ctx.max_tokens tokens that likely follow ctx.history + ctx.prefix (may be empty)."""
         ...
 
-    def commit(self, history: list[int]) -> None:
-        """Tokens were accepted; `history` is the new session history (drafts not kept are gone)."""
+    def commit(self, step: Verified) -> None:
+        """The target verified a step; `step.history` is the new session history (drafts not kept are gone)."""
         ...
 
     def end(self, history: list[int], generated: list[int]) -> None:
         """The generation finished with `generated` as its new tokens."""
         ...
+
+
+class DrafterBase:
+    """Defaults for the class hooks and the no-op methods; a drafter overrides what it uses."""
+
+    name = "?"
+    NEEDS = Needs()
+
+    def __init__(self, options: Any, resources: DrafterResources) -> None:
+        self.options = options
+        self.needs = type(self).needs_for(options)
+
+    @classmethod
+    def needs_for(cls, options: Any) -> Needs:
+        """What an instance with `options` needs (the class's NEEDS unless options change it)."""
+        return cls.NEEDS
+
+    @classmethod
+    def shared_state(cls, options: Any) -> Any:
+        """Engine-wide state the engine creates once and gives every session's drafter (None: none)."""
+        return None
+
+    def begin(self, history: list[int]) -> None:
+        """Nothing to prepare."""
+
+    def commit(self, step: Verified) -> None:
+        """Nothing to track."""
+
+    def end(self, history: list[int], generated: list[int]) -> None:
+        """Nothing to learn."""

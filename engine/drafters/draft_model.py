@@ -11,12 +11,16 @@ drafts only what fits below its limit, then proposes nothing: the target decodes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from engine.drafters.base import Draft, DraftContext, DrafterResources
+from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs
 from engine.kv import crop_cache, position_limit
 from engine.sampling import effective_probs, sample
+
+if TYPE_CHECKING:
+    from engine.loading import LoadedModel
 
 
 @dataclass
@@ -35,25 +39,28 @@ def fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.cat([logits, pad], dim=-1)
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(DrafterBase):
     """Autoregressive drafting with a small model."""
 
     name = "draft_model"
-    needs_target_hidden = False
-    is_model = True
+    NEEDS = Needs(distribution=True, draft_model=True)
 
     def __init__(self, options: DraftModelOptions | None, resources: DrafterResources) -> None:
         if resources.draft is None:
             raise ValueError("drafter 'draft_model' needs a draft model (--draft DIR / model.draft)")
-        self.options = options or DraftModelOptions()
-        self.vocab = resources.target.vocab_size
-        self._forward = resources.draft.forward
-        self._draft_vocab = resources.draft.vocab_size
+        super().__init__(options or DraftModelOptions(), resources)
+        self._use(resources.draft, resources.target.vocab_size)
+
+    def _use(self, draft: LoadedModel, vocab: int) -> None:
+        """Draft with `draft` (its forward is built once per loaded model) into the target's `vocab`."""
+        self.vocab = vocab
+        self._forward = draft.forward
+        self._draft_vocab = draft.vocab_size
         # A (padded) target may emit an id the smaller draft cannot embed; the draft then reads a
         # stand-in token. Its drafts only get worse there: the target still verifies every token.
-        self._stand_in = next(iter(sorted(resources.draft.eos_token_ids)), 0)
+        self._stand_in = next(iter(sorted(draft.eos_token_ids)), 0)
         self._cache = self._forward.new_cache()
-        self._limit = position_limit(resources.draft.model)  # None: no known limit
+        self._limit = position_limit(draft.model)  # None: no known limit
         self._cached: list[int] = []  # tokens whose KV the draft cache holds
         self._verified = 0  # _cached[:_verified] is known to equal the session history
 
@@ -79,13 +86,14 @@ class DraftModelDrafter:
         return max(0, self._limit - history_length + 1)
 
     def propose(self, ctx: DraftContext) -> Draft:
-        """Draft up to ctx.max_tokens tokens; stop when the draft's top probability < ctx.confidence."""
-        room = self.room(len(ctx.history))
+        """Draft up to ctx.max_tokens tokens after history + prefix; stop when the top probability < ctx.confidence."""
+        seq = [*ctx.history, *ctx.prefix] if ctx.prefix else ctx.history  # continue after another drafter's tokens
+        room = self.room(len(seq))
         if room == 0:  # past the draft's limit: an empty draft makes this a plain decoding step
             return Draft(limited=True)
         max_tokens = ctx.max_tokens if room is None else min(ctx.max_tokens, room)
-        self._sync(ctx.history)
-        feed = ctx.history[len(self._cached) :]
+        self._sync(seq)
+        feed = seq[len(self._cached) :]
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for i in range(max_tokens):
@@ -112,9 +120,3 @@ class DraftModelDrafter:
                 break
         stacked = torch.stack(probs) if probs else None  # [n, V_target] when sampling
         return Draft(tokens=tokens, probs=stacked, sources=[self.name] * len(tokens))
-
-    def commit(self, history: list[int]) -> None:
-        """Nothing eager: the next proposal crops the draft cache to the accepted history."""
-
-    def end(self, history: list[int], generated: list[int]) -> None:
-        """Nothing to learn."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.drafters.base import Draft, DraftContext, DrafterResources
+from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Verified
 from engine.drafters.token_index import HistoryMirror, TokenIndex
 
 
@@ -27,15 +27,13 @@ class NgramOptions:
             raise ValueError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
 
 
-class NgramDrafter:
+class NgramDrafter(DrafterBase):
     """Prompt lookup over the session history."""
 
     name = "ngram"
-    needs_target_hidden = False
-    is_model = False
 
     def __init__(self, options: NgramOptions | None, resources: DrafterResources) -> None:
-        self.options = options or NgramOptions()
+        super().__init__(options or NgramOptions(), resources)
         self._mirror = HistoryMirror(TokenIndex(self.options.min_match, self.options.max_candidates))
 
     def begin(self, history: list[int]) -> None:
@@ -61,9 +59,6 @@ class NgramDrafter:
             src += 1
         return Draft(tokens=tokens, sources=[self.name] * len(tokens))
 
-    def commit(self, history: list[int]) -> None:
+    def commit(self, step: Verified) -> None:
         """Index the newly accepted tokens."""
-        self._mirror.sync(history, check_prefix=False)
-
-    def end(self, history: list[int], generated: list[int]) -> None:
-        """Nothing to do: the index already holds the whole history."""
+        self._mirror.sync(step.history, check_prefix=False)

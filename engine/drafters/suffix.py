@@ -4,7 +4,7 @@ Agent traffic repeats itself across turns and tasks, so besides the session's ow
 drafter may read an engine-wide index of finished generations (`scope="engine"`). It matches the
 longest suffix of the context, then follows the most frequent continuation while the product of
 continuation frequencies stays >= `min_token_prob`; longer matches allow longer drafts.
-`scope="session"` (or `Engine.reset_suffix_index()`) guarantees one measurement never drafts from
+`scope="session"` (or `Engine.reset_drafter_state()`) guarantees one measurement never drafts from
 another's output.
 """
 
@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from engine.drafters.base import Draft, DraftContext, DrafterResources
+from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Verified
 from engine.drafters.token_index import HistoryMirror, TokenIndex
 
 SCOPES = ("session", "engine")
@@ -40,22 +40,21 @@ class SuffixOptions:
             raise ValueError(f"match_factor must be > 0, got {self.match_factor}")
 
 
-def new_shared_index(options: SuffixOptions) -> TokenIndex:
-    """The engine-wide index of finished generations that sessions with scope=engine share."""
-    return TokenIndex(options.min_match, options.max_candidates)
-
-
-class SuffixDrafter:
+class SuffixDrafter(DrafterBase):
     """Frequency-scored suffix lookup."""
 
     name = "suffix"
-    needs_target_hidden = False
-    is_model = False
 
     def __init__(self, options: SuffixOptions | None, resources: DrafterResources) -> None:
-        self.options = options or SuffixOptions()
+        super().__init__(options or SuffixOptions(), resources)
         self._mirror = HistoryMirror(TokenIndex(self.options.min_match, self.options.max_candidates))
-        self._shared = resources.suffix_index if self.options.scope == "engine" else None
+        self._shared = resources.shared if self.options.scope == "engine" else None
+
+    @classmethod
+    def shared_state(cls, options: SuffixOptions | None) -> TokenIndex | None:
+        """The engine-wide index of finished generations that sessions with scope=engine share."""
+        options = options or SuffixOptions()
+        return TokenIndex(options.min_match, options.max_candidates) if options.scope == "engine" else None
 
     def begin(self, history: list[int]) -> None:
         """Re-sync the session index with the history (rebuilt if it diverged)."""
@@ -90,9 +89,9 @@ class SuffixDrafter:
             live = [(idx, [p + 1 for p in positions if idx.successor(p) == tok]) for idx, positions in live]
         return Draft(tokens=tokens, sources=[self.name] * len(tokens))
 
-    def commit(self, history: list[int]) -> None:
+    def commit(self, step: Verified) -> None:
         """Index the newly accepted tokens."""
-        self._mirror.sync(history, check_prefix=False)
+        self._mirror.sync(step.history, check_prefix=False)
 
     def end(self, history: list[int], generated: list[int]) -> None:
         """Add the finished generation (with a little left context) to the engine-wide index."""

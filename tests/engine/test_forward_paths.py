@@ -55,14 +55,27 @@ def test_engine_forward_logits_equal_transformers(arch, dtype, path):
             assert torch.equal(got.argmax(-1), ref.argmax(-1))
 
 
-def test_engine_forward_hidden_states_are_transformers_final_hidden_states():
+def test_hidden_states_are_the_last_layers_output_before_the_final_norm_for_every_fed_token():
     model = model_in("qwen2", torch.float32)
-    ref_logits, ref_hidden = TransformersForward(model.model)(
-        TransformersForward(model.model).new_cache(), PROMPT, 3, True
-    )
+    with torch.inference_mode():
+        states = model.model(input_ids=torch.tensor([PROMPT]), output_hidden_states=True).hidden_states
+        # transformers' last entry is after the final norm: the trunk output is the last layer's own
+        layer_out = model.model.model.layers[-1]
+        caught = []
+        handle = layer_out.register_forward_hook(
+            lambda m, a, out: caught.append(out[0] if isinstance(out, tuple) else out)
+        )
+        model.model(input_ids=torch.tensor([PROMPT]))
+        handle.remove()
+    trunk = caught[0][0]  # [n, h]
+    torch.testing.assert_close(model.model.model.norm(trunk), states[-1][0], atol=1e-6, rtol=1e-6)
+    reference = TransformersForward(model.model)
+    ref_logits, ref_hidden = reference(reference.new_cache(), PROMPT, 3, True)
     ours = make_forward(model.model, "torch")
     logits, hidden = ours(ours.new_cache(), PROMPT, keep=3, hidden=True)
-    torch.testing.assert_close(hidden, ref_hidden, atol=1e-6, rtol=1e-6)
+    assert hidden.shape == (len(PROMPT), model.model.config.hidden_size)
+    torch.testing.assert_close(ref_hidden, trunk, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(hidden, trunk, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(logits, ref_logits, atol=1e-6, rtol=1e-6)
     assert ours(ours.new_cache(), PROMPT, keep=3)[1] is None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.drafters import DraftContext, DrafterResources
 from engine.drafters.ngram import NgramDrafter, NgramOptions
-from engine.drafters.suffix import SuffixDrafter, SuffixOptions, new_shared_index
+from engine.drafters.suffix import SuffixDrafter, SuffixOptions
 from engine.drafters.token_index import TokenIndex
 from engine.sampling import SamplingParams
 
@@ -14,7 +14,7 @@ def ctx(history: list[int], n: int = 4) -> DraftContext:
 
 
 def resources(shared=None) -> DrafterResources:
-    return DrafterResources(target=None, suffix_index=shared)  # lookup drafters never touch the target
+    return DrafterResources(target=None, shared=shared)  # lookup drafters never touch the target
 
 
 def test_ngram_copies_most_recent_longest_match():
@@ -77,7 +77,7 @@ def test_suffix_draft_length_grows_with_match_length():
 
 def test_suffix_scope_and_reset_isolate_generations():
     opts = SuffixOptions(min_match=2, scope="engine", min_token_prob=0.0)
-    shared = new_shared_index(opts)
+    shared = SuffixDrafter.shared_state(opts)
     first = SuffixDrafter(opts, resources(shared))
     first.begin([1, 2])
     first.end([1, 2, 30, 31, 32, 33], generated=[30, 31, 32, 33])  # a finished generation

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -386,3 +387,50 @@ def test_estimate_bounds_cuda_peak(shapes: dict[str, ModelShape]) -> None:
     assert estimate.target_kv + estimate.draft_kv >= held
     # The measured peak stays within the estimate.
     assert peak <= estimate.total
+
+
+def test_mtp_and_layer_skip_terms_count_what_the_drafters_allocate():
+    """The MTP module's bytes, its per-position state (block KV + kept hidden) and a layer-skip draft's KV."""
+    from engine.drafters.layer_skip import LayerSkipDrafter, LayerSkipOptions
+    from engine.drafters.mtp import MtpDrafter
+    from engine.memory import layer_skip_state_bytes_per_token, mtp_state_bytes_per_token, mtp_weight_bytes
+    from engine.mtp import random_mtp
+
+    target = load_model(str(TARGET), device="cpu", dtype="float32")
+    shape = model_shape(str(TARGET))
+    vocab = list(range(0, 2048, 2))
+    module = random_mtp(target.model, seed=0, draft_vocab=vocab)
+    held = sum(p.numel() * p.element_size() for p in module.parameters()) + module._head_weight.numel() * 4
+    assert mtp_weight_bytes(shape, "float32", draft_vocab=len(vocab)) == held
+
+    engine = Engine(target, EngineConfig(drafter="mtp", gamma=3), mtp=module)
+    session = engine.new_session()
+    session.generate(PROMPT * 3, 20)
+    drafter = session.drafter
+    assert isinstance(drafter, MtpDrafter)
+    positions = drafter._cache.k.shape[1]  # the block cache's reservation (the hidden buffer grows alike)
+    assert drafter._hidden.shape[0] == positions
+    allocated = drafter._cache.allocated_bytes() + drafter._hidden.numel() * drafter._hidden.element_size()
+    assert allocated == mtp_state_bytes_per_token(shape, "float32") * positions
+
+    skip = LayerSkipDrafter(LayerSkipOptions(layers=1), _resources(target))
+    skip.propose(_context(PROMPT * 3))
+    per_token = layer_skip_state_bytes_per_token(shape, 1, "float32")
+    assert kv_bytes(skip._cache) == per_token * skip._cache.get_seq_length()
+    estimate = estimate_memory(shape, dtype="float32", context=1000, drafter_bytes_per_token=per_token)
+    assert estimate.drafter_kv == math.ceil(per_token * 1000) and estimate.total == sum(
+        estimate.as_dict()[p] for p in PARTS
+    )
+
+
+def _resources(target):
+    from engine.drafters import DrafterResources
+
+    return DrafterResources(target=target)
+
+
+def _context(history):
+    from engine.drafters import DraftContext
+    from engine.sampling import SamplingParams
+
+    return DraftContext(history, 4, SamplingParams(), None)

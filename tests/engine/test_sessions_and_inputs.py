@@ -104,8 +104,9 @@ def tiny_files(tmp_path_factory):
     """Target and a draft sharing its tokenizer with a padded, larger config.vocab_size."""
     root = tmp_path_factory.mktemp("tiny")
     tgt = make_tiny_model(root / "target", layers=2, hidden=64, vocab=512, seed=0, dtype="float64")
-    padded = make_tiny_model(root / "draft_padded", layers=1, hidden=64, vocab=640, seed=1,
-                             tokenizer_from=tgt, dtype="float64")
+    padded = make_tiny_model(
+        root / "draft_padded", layers=1, hidden=64, vocab=640, seed=1, tokenizer_from=tgt, dtype="float64"
+    )
     other = make_tiny_model(root / "other_tokenizer", layers=1, hidden=32, vocab=400, seed=2)
     return tgt, padded, other
 
@@ -136,7 +137,10 @@ def test_draft_with_other_tokenizer_is_rejected(tiny_files):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (EngineConfig(drafter="medusa"), r"unknown drafter 'medusa'; allowed: \['draft_model', 'ngram'"),
+        (
+            EngineConfig(drafter="medusa"),
+            r"unknown drafter 'medusa'; allowed: \['draft_model', 'layer_skip', 'mtp', 'ngram'",
+        ),
         (EngineConfig(acceptance="fuzzy"), r"unknown acceptance 'fuzzy'; allowed: \['exact'"),
         (EngineConfig(gamma=0), "gamma must be >= 1"),
         (EngineConfig(gamma_policy="random"), "unknown gamma policy 'random'; allowed"),
@@ -146,6 +150,19 @@ def test_draft_with_other_tokenizer_is_rejected(tiny_files):
         (EngineConfig(drafter="suffix", options={"scope": "world"}), "unknown suffix scope 'world'"),
         (EngineConfig(temperature=-1), "temperature must be >= 0"),
         (EngineConfig(drafter="draft_model"), "needs a draft model"),
+        (EngineConfig(drafter="mtp"), "needs MTP weights"),
+        (EngineConfig(drafter="mtp+ngram"), "needs MTP weights"),
+        (EngineConfig(drafter="ngram+none"), "'none' cannot be combined"),
+        (EngineConfig(drafter="ngram+ngram"), "names a drafter twice"),
+        (
+            EngineConfig(drafter="ngram+suffix", options={"min_match": 2}),
+            "ambiguous.*ngram.min_match or suffix.min_match",
+        ),
+        (EngineConfig(drafter="ngram+suffix", options={"draft_model.x": 2}), "unknown option 'draft_model.x'.*ngram.min_match"),
+        (EngineConfig(drafter="mtp+ngram", options={"policy": "best"}), "unknown combined policy 'best'"),
+        (EngineConfig(drafter="layer_skip", options={"layers": 0}), "layers must be >= 1"),
+        (EngineConfig(drafter="layer_skip", options={"layers": 9}), "must be below the target's 2 layers"),
+        (EngineConfig(drafter="ngram+suffix", gamma_policy="confidence"), "needs a model drafter"),
     ],
 )
 def test_bad_config_names_the_problem(target, config, message):
@@ -209,14 +226,32 @@ def test_heuristic_gamma_policy():
 
 def test_cli_json_and_errors(tiny_files):
     tgt, padded, _ = tiny_files
-    cmd = [sys.executable, "-m", "engine.generate", "--model", str(tgt), "--draft", str(padded),
-           "--drafter", "draft_model", "--gamma", "3", "--prompt", "def f(x):", "--max-new-tokens", "8",
-           "--dtype", "float64", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine.generate",
+        "--model",
+        str(tgt),
+        "--draft",
+        str(padded),
+        "--drafter",
+        "draft_model",
+        "--gamma",
+        "3",
+        "--prompt",
+        "def f(x):",
+        "--max-new-tokens",
+        "8",
+        "--dtype",
+        "float64",
+        "--json",
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert set(out) >= {"text", "tokens", "stats", "lossy"} and out["lossy"] is False
     assert len(out["tokens"]) == out["stats"]["new_tokens"] <= 8
-    bad = subprocess.run([*cmd[:5], "--drafter", "nope", "--prompt", "x"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [*cmd[:5], "--drafter", "nope", "--prompt", "x"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "unknown drafter 'nope'" in bad.stderr

@@ -90,3 +90,35 @@ def test_agent_prompts_end_at_the_assistant_header():
     assert prompt.ids[-len(header) :] == header
     assert prompt.reply_tokens > 20  # the longest reply of a trajectory is an edit, not a one-line command
     assert prompt.name.startswith(load_suite("swe-lite", "test")[0].instance_id + "#")
+
+
+MTP = BUNDLE / "mtp"
+
+
+def test_bundled_mtp_module_solves_an_instance_with_the_identical_token_stream(tmp_path):
+    """model=spectune-tiny's MTP module: loads for its target, drafts accepted tokens, changes no token."""
+    models = load_models(str(TARGET), None, device="cpu", dtype="float32", mtp=str(MTP))
+    assert models.mtp is not None and models.mtp.config.trained["data"].startswith("the target's own")
+    instance = load_suite("swe-lite", "test")[SMOKE_INSTANCE]
+    defaults = AgentConfig()
+    agent = AgentConfig(max_steps=defaults.max_steps, max_new_tokens=defaults.max_new_tokens)
+    env = make_environment("swe-lite")
+    results = {}
+    configs = {
+        "mtp": EngineConfig(drafter="mtp", gamma=3),
+        "mtp+ngram": EngineConfig(drafter="mtp+ngram", gamma=3, options={"ngram": {"min_match": 3}}),
+    }
+    for drafter, config in configs.items():
+        comparison = Comparison(models, config, [instance], env, agent, tmp_path / drafter, warmup=False)
+        [results[drafter]] = list(comparison)
+    for drafter, outcome in results.items():
+        assert outcome.baseline.success and outcome.candidate.success, drafter
+        assert outcome.candidate.generated_ids == outcome.baseline.generated_ids, drafter
+        assert outcome.first_divergence is None
+    mtp_stats = results["mtp"].candidate.stats
+    assert mtp_stats.accepted > mtp_stats.drafted / 2  # a trained head agrees with its target most of the time
+    shares = results["mtp+ngram"].candidate.stats.per_drafter
+    assert (
+        shares["mtp"]["accepted"] > 0
+        and sum(s["drafts"] for s in shares.values()) == results["mtp+ngram"].candidate.stats.drafts
+    )

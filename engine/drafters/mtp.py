@@ -1,0 +1,118 @@
+"""`mtp`: an MTP module (engine/mtp.py) chained from the target's own hidden states proposes the draft.
+
+The drafter keeps, per session, the target's trunk output of every position it has seen (commit()
+receives them: the loop asks for them because this drafter needs `target_hidden`) and the module's
+block KV cache. An entry of that cache at position t reads (h_t, x_{t+1}); before proposing, entries
+for the positions the target verified since are appended in one block forward, whose last output
+gives the first draft token, and the chain goes on from the block's own output and each proposed
+token. Chain entries are cut off at the next proposal, which rolls back rejections.
+
+The first step of a turn proposes nothing: the target has not yet seen the turn's new tokens, so there
+is no hidden state for the last one (prefill and that first verification share one forward). A
+history that diverged from the one the states were computed on keeps only the common prefix's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
+from engine.kv import grown_capacity
+from engine.sampling import effective_probs, sample
+from engine.session import common_prefix
+
+
+@dataclass
+class MtpOptions:
+    """Options of the `mtp` drafter (the module itself comes from the engine's `mtp`)."""
+
+
+class MtpDrafter(DrafterBase):
+    """Chained MTP module over the target's hidden states."""
+
+    name = "mtp"
+    NEEDS = Needs(target_hidden=True, distribution=True, mtp=True)
+
+    def __init__(self, options: MtpOptions | None, resources: DrafterResources) -> None:
+        if resources.mtp is None:
+            raise ValueError(
+                "drafter 'mtp' needs MTP weights (--mtp DIR / model.mtp; train them: python -m training.mtp)"
+            )
+        super().__init__(options or MtpOptions(), resources)
+        self.module = resources.mtp
+        self._cache = self.module.new_cache()
+        h = self.module.config.hidden_size
+        weight = self.module.eh_proj.weight
+        self._hidden = weight.new_empty((0, h))  # [capacity, h]: target trunk output per position
+        self._known = 0  # positions [0, _known) of _hidden are valid for _seen
+        self._seen: list[int] = []  # the history the hidden states belong to
+        self._entries = 0  # block cache entries [0, _entries) are right for _seen (later ones: a chain's)
+
+    def begin(self, history: list[int]) -> None:
+        """Keep only what the common prefix with the new history determines."""
+        same = common_prefix(self._seen, history)
+        self._known = min(self._known, same)  # h_t depends on tokens <= t
+        self._entries = max(0, min(self._entries, same - 1, self._known))  # entry t also reads token t + 1
+        self._seen = list(history)
+
+    def commit(self, step: Verified) -> None:
+        """Store the target's hidden states of the positions this step verified."""
+        self._seen = list(step.history)
+        if step.hidden is None:
+            return
+        start, rows = step.hidden_start, step.hidden.shape[0]
+        if start > self._known:  # a gap the loop never leaves; drop what would be misaligned
+            return
+        end = start + rows
+        if end > self._hidden.shape[0]:
+            grown = self._hidden.new_empty((grown_capacity(self._hidden.shape[0], end), self._hidden.shape[1]))
+            grown[: self._known] = self._hidden[: self._known]
+            self._hidden = grown
+        self._hidden[start:end] = step.hidden
+        self._known = end
+        self._entries = min(self._entries, start)
+
+    def propose(self, ctx: DraftContext) -> Draft:
+        """Chain the module from the last verified position: up to ctx.max_tokens after history + prefix."""
+        n = len(ctx.history)
+        if self._known < n - 1 or n < 2:
+            return Draft()  # the first step of a turn: no hidden state for the last token yet
+        module, cache, params = self.module, self._cache, ctx.params
+        # Entries for positions [first, n - 1), at least one so the last output is fresh.
+        first = min(self._entries, n - 2)
+        cache.crop(first)
+        g = module.step(cache, self._hidden[first : n - 1], ctx.history[first + 1 : n])[-1:]  # [1, h]
+        self._entries = n - 1
+        forced = list(ctx.prefix)  # tokens another drafter proposed: chain through them, propose after
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        with torch.inference_mode():
+            while True:
+                if forced:
+                    tok = forced.pop(0)
+                else:
+                    tok = self._choose(module.head_logits(g), ctx, probs)
+                    if tok is None:
+                        break
+                    tokens.append(tok)
+                    if len(tokens) == ctx.max_tokens:
+                        break
+                g = module.step(cache, g, [tok])
+        stacked = torch.stack(probs) if probs else None
+        return Draft(tokens=tokens, probs=stacked if not params.greedy else None, sources=[self.name] * len(tokens))
+
+    def _choose(self, draft_logits: torch.Tensor, ctx: DraftContext, probs: list[torch.Tensor]) -> int | None:
+        """The next draft token (None: stop, the head's confidence is below the threshold, decided before sampling)."""
+        module = self.module
+        if ctx.params.greedy:
+            logits = draft_logits[0]
+            if ctx.confidence is not None and float(logits.float().softmax(-1).max()) < ctx.confidence:
+                return None
+            return int(module.to_target_ids(logits.argmax()))
+        q = effective_probs(module.full_logits(draft_logits)[0], ctx.params)  # [V_target]
+        if ctx.confidence is not None and float(q.max()) < ctx.confidence:
+            return None
+        probs.append(q)
+        return sample(q, ctx.generator)

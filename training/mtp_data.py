@@ -1,0 +1,137 @@
+"""Data for training MTP modules: the target's own agent trajectories, rendered and run through the frozen target once.
+
+By default the trajectories are the target's own (plain greedy decoding through the real agent loop,
+sandbox and evaluation: `python -m runners.eval_model`, run as a subprocess into the work folder, so
+an interrupted run resumes and nothing it starts outlives it): what the target itself says, so the
+module learns to imitate it. A sequence is rendered exactly as the agent loop fed it, and the frozen
+target gives, for every position, its trunk output (the last decoder layer's, before the final norm)
+and its own greedy next token: the labels (self-distillation). The cache is written once per split and
+reused while the target and the trajectories are the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.forward import decoder_layers
+from engine.mtp import fingerprint, target_config
+from training.sequences import Sequence, from_trajectory
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Cached:
+    """One split's sequences with the frozen target's outputs."""
+
+    sequences: list[Sequence]
+    hidden: list[torch.Tensor]  # per sequence [T, h]: trunk output at each position (float32, CPU)
+    labels: list[torch.Tensor]  # per sequence [T]: the target's greedy next token after each position
+
+
+def target_trajectories(
+    target: str, split: str, work: Path, limit: int | None, log: Callable[[str], None] = print
+) -> Path:
+    """Run the target (greedy, the real agent loop) on a swe-lite split into work/; returns the trajectories folder."""
+    name = f"trajectories-{split}" + (f"-limit{limit}" if limit else "")
+    command = [
+        sys.executable,
+        "-m",
+        "runners.eval_model",
+        "task=swe-lite",
+        f"task.split={split}",
+        "model=local",
+        f"model.name={Path(target).name}",
+        f"model.target={Path(target).resolve()}",
+        "model.draft=null",
+        "model.dtype=float32",
+        f"run.root={work.resolve()}",
+        f"run.name={name}",
+        "run.resume=true",
+        "run.progress=false",
+        "tracking.enabled=false",
+    ]
+    if limit:
+        command.append(f"task.limit={limit}")
+    folder = work / name
+    if (folder / "eval.json").is_file() and not json.loads((folder / "eval.json").read_text()).get("partial"):
+        log(f"trajectories {split}: cached in {folder}")
+    else:
+        log(f"trajectories {split}: running the target on swe-lite/{split} (resumable) -> {folder}")
+        subprocess.run(command, cwd=PROJECT, check=True)
+    return folder / "trajectories"
+
+
+def load_trajectories(folder: Path) -> list[dict]:
+    """Every agent-loop trajectory JSON under `folder` (sorted by path); a broken file names itself."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no trajectories folder {folder}")
+    out = []
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not JSON ({exc})") from None
+        if isinstance(data, dict) and "messages" in data:
+            out.append(data)
+    if not out:
+        raise ValueError(f"{folder}: no agent trajectories (JSON files with 'messages')")
+    return out
+
+
+def _key(model: torch.nn.Module, sequences: list[Sequence]) -> str:
+    digest = hashlib.sha256(fingerprint(target_config(model)).encode())
+    digest.update(repr(float(model.get_input_embeddings().weight.double().abs().mean())).encode())
+    for s in sequences:
+        digest.update(bytes(str(s.ids), "ascii"))
+    return digest.hexdigest()[:16]
+
+
+@torch.inference_mode()
+def run_target(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(trunk outputs [T, h], greedy next tokens [T]) of the frozen target over one sequence."""
+    caught: list[torch.Tensor] = []
+
+    def hook(module, args, output) -> None:
+        caught.append(output[0] if isinstance(output, tuple) else output)
+
+    handle = decoder_layers(model)[-1].register_forward_hook(hook)
+    try:
+        device = next(model.parameters()).device
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
+    finally:
+        handle.remove()
+    return caught[0][0].float().cpu(), logits.argmax(-1).cpu()
+
+
+def cache_split(
+    model: torch.nn.Module, tokenizer, trajectories: list[dict], path: Path, log: Callable[[str], None] = print
+) -> Cached:
+    """Render, run the frozen target once and keep the result in `path` (reused while target and data match)."""
+    sequences = [from_trajectory(t, tokenizer) for t in trajectories]
+    key = _key(model, sequences)
+    if path.is_file():
+        state = torch.load(path, weights_only=False)
+        if state.get("key") == key:
+            return Cached(sequences, state["hidden"], state["labels"])
+        log(f"{path}: written for another target or data; recomputing")
+    hidden, labels = [], []
+    for i, s in enumerate(sequences):
+        h, y = run_target(model, s.ids)
+        hidden.append(h)
+        labels.append(y)
+        if (i + 1) % 50 == 0:
+            log(f"  target states: {i + 1}/{len(sequences)} sequences")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save({"key": key, "hidden": hidden, "labels": labels}, tmp)
+    tmp.replace(path)
+    return Cached(sequences, hidden, labels)
