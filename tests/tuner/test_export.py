@@ -307,3 +307,29 @@ def test_pinned_key_file_is_the_recorded_copy():
     assert digest in (keys.KEYS_FILE.parent / "README.md").read_text()
     assert {"num_speculative_tokens", "prompt_lookup_min", "suffix_decoding_max_cached_requests"} <= keys.vllm_keys()
     assert "--speculative-boundary-reduction" not in keys.sglang_flags()  # no_cli: not a command-line flag
+
+
+@pytest.mark.parametrize("drafter", ["mtp", "layer_skip"])
+def test_drafters_without_a_server_equivalent_say_why_and_export_speculation_off(tmp_path, drafter):
+    options = {"layers": 1} if drafter == "layer_skip" else {}
+    write_exports(tmp_path, make_record(EngineConfig(drafter=drafter, gamma=3, options=options)))
+    assert flag_dict(tmp_path / llama_server.FILE)["--spec-type"] == "none"
+    assert json.loads((tmp_path / vllm.FILE).read_text()) == {}
+    assert "--speculative-algorithm" not in flag_dict(tmp_path / sglang.FILE)
+    text = (tmp_path / readme.FILE).read_text()
+    if drafter == "mtp":  # the specific reason, not a generic line: where each server keeps its MTP layers
+        assert "draft-mtp runs the MTP layers stored in the target's own GGUF" in text
+        assert "num_nextn_predict_layers" in text and "NEXTN loads the target's own nextn layer" in text
+    else:
+        assert "no early-exit self-speculation" in text
+
+
+def test_a_combination_exports_its_lookup_part_and_says_the_rest_is_left_out(tmp_path):
+    engine = EngineConfig(drafter="mtp+ngram", gamma=4, options={"ngram.min_match": 3, "ngram.max_match": 5})
+    write_exports(tmp_path, make_record(engine))
+    flags = flag_dict(tmp_path / llama_server.FILE)
+    assert flags["--spec-type"] == "ngram-simple" and flags["--spec-ngram-simple-size-n"] == "3"
+    config = json.loads((tmp_path / vllm.FILE).read_text())
+    assert config["method"] == "ngram" and config["prompt_lookup_min"] == 3 and config["prompt_lookup_max"] == 5
+    assert flag_dict(tmp_path / sglang.FILE)["--speculative-algorithm"] == "NGRAM"
+    assert "only the ngram part is exported (mtp:" in (tmp_path / readme.FILE).read_text()

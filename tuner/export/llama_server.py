@@ -46,6 +46,8 @@ from tuner.export.record import (
     Mapping,
     draft_length,
     gamma_rows,
+    lookup_child,
+    no_equivalent,
     typed_options,
 )
 
@@ -102,6 +104,13 @@ def gguf(path: str | None, role: str) -> str:
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
+
+
+def _combined_row(drafter: str, child: str) -> Mapping:
+    """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
+    others = [p for p in drafter.split("+") if p != child]
+    why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
+    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({why})")
 
 
 def _none() -> tuple[list[Flag], list[Mapping]]:
@@ -301,11 +310,12 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
         spec_flags, spec_rows = _suffix(engine, options)
     elif engine.drafter == "draft_model":
         spec_flags, spec_rows = _draft_model(engine, record.draft)
+    elif (child := lookup_child(engine, options)) is not None:
+        spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
+        spec_rows = [_combined_row(engine.drafter, child[0]), *spec_rows]
     else:
         spec_flags = [("--spec-type", "none")]
-        spec_rows = [
-            _row(f"drafter={engine.drafter}", NONE, "no llama-server equivalent: exported with speculation off")
-        ]
+        spec_rows = [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
     sampling_flags, sampling_rows = _sampling(engine)
     return flags + spec_flags + sampling_flags, rows + spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
 

@@ -68,3 +68,43 @@ def gamma_rows(engine: EngineConfig, target: str, knob: str, offset: int = 0) ->
             )
         ]
     return [Mapping(f"gamma={engine.gamma}", target, EXACT, f"{knob} = gamma{plus} = {engine.gamma + offset}")]
+
+
+# Why a drafter with no serving equivalent is exported with speculation off, per target (the export README shows it).
+NO_EQUIVALENT: dict[str, dict[str, str]] = {
+    "mtp": {
+        "llama-server": "--spec-type draft-mtp runs the MTP layers stored in the target's own GGUF (architectures "
+        "converted with them, e.g. mimo2, DeepSeek, GLM); no converter writes a separately trained spectune module "
+        "into a Llama-shaped target's GGUF, so it is exported with speculation off (the module's shape is mimo2's, "
+        "so a target re-expressed as mimo2 with it could run there: not automated)",
+        "vLLM": "method 'mtp' reads MTP layers from the target checkpoint itself (num_nextn_predict_layers: "
+        "DeepSeek-V3, Qwen3-Next, MiMo); vLLM has no loader for a separately trained module on another target, "
+        "so it is exported with speculation off",
+        "SGLang": "NEXTN loads the target's own nextn layer and EAGLE/EAGLE3 an EAGLE head checkpoint; a spectune "
+        "MTP module is neither, so it is exported with speculation off",
+    },
+    "layer_skip": {
+        "llama-server": "no early-exit self-speculation in llama.cpp: exported with speculation off",
+        "vLLM": "no early-exit self-speculation method in SpeculativeMethod: exported with speculation off",
+        "SGLang": "no early-exit self-speculation algorithm: exported with speculation off",
+    },
+}
+
+
+def no_equivalent(drafter: str, target: str) -> str:
+    """Why `drafter` runs with speculation off on `target` (a generic line for drafters without a specific one)."""
+    return NO_EQUIVALENT.get(drafter, {}).get(target, f"no {target} equivalent: exported with speculation off")
+
+
+def lookup_child(engine: EngineConfig, options: Any) -> tuple[str, Any] | None:
+    """For a combined drafter (A+B), its first lookup child (ngram, suffix) and that child's options, else None.
+
+    Servers that run several speculative types can take the lookup part; the model part is reported apart.
+    """
+    children = getattr(options, "children", None)
+    if not children:
+        return None
+    for name in ("ngram", "suffix"):
+        if name in children:
+            return name, children[name]
+    return None

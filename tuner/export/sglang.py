@@ -28,6 +28,8 @@ from tuner.export.record import (
     Mapping,
     draft_length,
     gamma_rows,
+    lookup_child,
+    no_equivalent,
     typed_options,
 )
 
@@ -39,6 +41,13 @@ Flag = tuple[str, str | None]
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
+
+
+def _combined_row(drafter: str, child: str) -> Mapping:
+    """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
+    others = [p for p in drafter.split("+") if p != child]
+    why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
+    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({why})")
 
 
 def _ngram_trie(engine: EngineConfig, o: NgramOptions | SuffixOptions, match_type: str) -> list[Flag]:
@@ -180,8 +189,11 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     elif engine.drafter == "draft_model":
         flags, more = _draft_model(engine, record.draft)
         rows += more
+    elif (child := lookup_child(engine, options)) is not None:
+        flags, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
+        rows += [_combined_row(engine.drafter, child[0]), *more]
     else:
-        rows.append(_row(f"drafter={engine.drafter}", NONE, "no SGLang algorithm: exported with speculation off"))
+        rows.append(_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET)))
     if flags:
         more_flags, more = _acceptance(engine, rule, rule.lossy)
         flags += more_flags

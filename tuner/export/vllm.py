@@ -28,6 +28,8 @@ from tuner.export.record import (
     Mapping,
     draft_length,
     gamma_rows,
+    lookup_child,
+    no_equivalent,
     typed_options,
 )
 
@@ -40,6 +42,13 @@ GLOBAL_TREE_REQUESTS = 10000  # vLLM's default suffix_decoding_max_cached_reques
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
+
+
+def _combined_row(drafter: str, child: str) -> Mapping:
+    """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
+    others = [p for p in drafter.split("+") if p != child]
+    why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
+    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({why})")
 
 
 def _ngram(engine: EngineConfig, o: NgramOptions) -> tuple[dict[str, Any], list[Mapping]]:
@@ -166,9 +175,12 @@ def build(record: ExportRecord) -> tuple[dict[str, Any], list[Mapping]]:
     elif engine.drafter == "draft_model":
         config, more = _draft_model(engine, record.draft)
         rows += more
+    elif (child := lookup_child(engine, options)) is not None:
+        config, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
+        rows += [_combined_row(engine.drafter, child[0]), *more]
     else:
         config = {}
-        rows.append(_row(f"drafter={engine.drafter}", NONE, "no vLLM method: exported with speculation off"))
+        rows.append(_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET)))
     if rule.lossy:
         rows.append(
             _row(
