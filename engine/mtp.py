@@ -60,10 +60,20 @@ def target_config(model: nn.Module) -> dict[str, Any]:
     return {k: getattr(config, k, None) for k in FINGERPRINT_KEYS}
 
 
-def weights_probe(model: nn.Module) -> float:
-    """A dtype-independent number that tells two checkpoints of one shape apart: mean |embedding| of the first rows."""
-    rows = model.get_input_embeddings().weight[:64]
-    return float(rows.detach().double().abs().mean())
+def weights_probe(model: nn.Module) -> list[float]:
+    """16 embedding values spread over the table: they tell two checkpoints of one shape apart, in any dtype."""
+    weight = model.get_input_embeddings().weight.detach()
+    rows = torch.linspace(0, weight.shape[0] - 1, 16).long()
+    cols = rows % weight.shape[1]
+    return [float(v) for v in weight[rows, cols].double()]
+
+
+def probes_match(a: list[float], b: list[float]) -> bool:
+    """Whether two probes come from one checkpoint: equal within bf16's rounding of the table's scale."""
+    if len(a) != len(b):
+        return False
+    scale = max(max(abs(x) for x in a), 1e-12)
+    return max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 0.01 * scale
 
 
 def fingerprint(fields: dict[str, Any]) -> str:
@@ -86,7 +96,7 @@ class MtpConfig:
     draft_vocab_size: int = 0  # rows of the draft vocabulary (d2t); 0 = the full target vocabulary
     target: dict[str, Any] = field(default_factory=dict)  # the target config fields (FINGERPRINT_KEYS)
     target_fingerprint: str = ""  # fingerprint(target)
-    target_probe: float = 0.0  # weights_probe of the target it was trained on
+    target_probe: list[float] = field(default_factory=list)  # weights_probe of the target it was trained on
     trained: dict[str, Any] = field(default_factory=dict)  # how it was made (training.mtp fills this)
     format: str = FORMAT
 
@@ -118,6 +128,12 @@ class MtpConfig:
         )
 
 
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * x / rms(x), the mean of squares in float32 (as the Llama family and _Norm compute it)."""
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
 class _Norm(nn.Module):
     """RMSNorm with a learned scale (mean of squares in float32, as the Llama family computes it)."""
 
@@ -127,8 +143,7 @@ class _Norm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return _rms(x, self.weight, self.eps)
 
 
 class _Attention(nn.Module):
@@ -209,8 +224,8 @@ class MtpModule(nn.Module):
         # The target's modules are held outside nn.Module's registry (object.__setattr__), so they are
         # neither saved with this module nor moved or cast by .to(); RoPE frequencies stay float32 likewise.
         object.__setattr__(self, "_target", None)  # (embedding, LM head) of the bound target
-        self._head_weight: torch.Tensor | None = None  # [V or V_draft, h]: the target's LM head rows proposals use
-        self._head_bias: torch.Tensor | None = None
+        object.__setattr__(self, "_head_weight", None)  # [V or V_draft, h]: the target's LM head rows proposals use
+        object.__setattr__(self, "_head_bias", None)
         self._inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [positions, d]
 
@@ -230,7 +245,9 @@ class MtpModule(nn.Module):
         bias = getattr(head, "bias", None)
         if self.d2t.numel():
             weight, bias = weight[self.d2t].detach(), (bias[self.d2t].detach() if bias is not None else None)
-        self._head_weight, self._head_bias = weight, bias
+        # Not nn.Module attributes: the target's own Parameter would be registered (saved, cast, trained) here.
+        object.__setattr__(self, "_head_weight", weight)
+        object.__setattr__(self, "_head_bias", bias)
 
     @property
     def vocab(self) -> int:
@@ -265,17 +282,22 @@ class MtpModule(nn.Module):
         emb = self.embed(tokens).to(hidden.dtype)
         return self.eh_proj(torch.cat([self.enorm(emb), self.hnorm(hidden)], dim=-1))
 
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [.., d] at `positions`, from a float32 table grown like a KV buffer (computed once per size)."""
-        end = int(positions.max()) + 1 if positions.numel() else 0
-        table = self._table
-        if table is None or table[0].shape[0] < end or table[0].device != positions.device or table[0].dtype != dtype:
+    def _rope_rows(self, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [>= end, d] for positions from 0, a table computed in float32 and grown like a KV buffer."""
+        table, device = self._table, self.eh_proj.weight.device
+        if table is None or table[0].shape[0] < end or table[0].device != device or table[0].dtype != dtype:
             size = grown_capacity(table[0].shape[0] if table is not None else 0, end)
-            pos = torch.arange(size, device=positions.device, dtype=torch.float32)
-            freqs = pos[:, None] * self._inv_freq.to(positions.device)[None]  # [size, d / 2]
+            pos = torch.arange(size, device=device, dtype=torch.float32)
+            freqs = pos[:, None] * self._inv_freq.to(device)[None]  # [size, d / 2]
             emb = torch.cat((freqs, freqs), dim=-1)
             table = self._table = (emb.cos().to(dtype), emb.sin().to(dtype))
-        return table[0][positions], table[1][positions]
+        return table
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [.., d] at `positions` (any shape)."""
+        end = int(positions.max()) + 1 if positions.numel() else 0
+        cos, sin = self._rope_rows(end, dtype)
+        return cos[positions], sin[positions]
 
     def _qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [.., H, n, d], k and v [.., KV, n, d] of rows x [.., n, h] at `positions` [.., n]."""
@@ -312,23 +334,41 @@ class MtpModule(nn.Module):
 
     @torch.inference_mode()
     def step(self, cache: MtpCache, hidden: torch.Tensor, tokens: list[int]) -> torch.Tensor:
-        """Block outputs g [n, h] for n entries (hidden [n, h], next tokens) appended at positions cache.length + i."""
+        """Block outputs g [n, h] for n entries (hidden [n, h], next tokens) appended at positions cache.length + i.
+
+        The same maths as `_input`, `_qkv` and `_finish` (training's), written flat over the weight tensors
+        with contiguous RoPE rows: at batch 1 a drafting step is mostly per-op overhead, and it runs
+        gamma times per target forward (tests/engine/test_mtp_module.py checks the two agree).
+        """
+        c, attn, mlp = self.config, self.self_attn, self.mlp
         start, n = cache.length, len(tokens)
         end = start + n
         cache.reserve(end)
-        device = hidden.device
-        ids = torch.tensor(tokens, device=device)
-        x = self._input(hidden, ids)  # [n, h]
-        positions = torch.arange(start, end, device=device)
-        q, k, v = self._qkv(x, positions)  # [H, n, d], [KV, n, d] x 2
-        cache.k[:, start:end] = k
+        eps, d = c.rms_norm_eps, c.head_dim
+        cos, sin = self._rope_rows(end, hidden.dtype)
+        cos, sin = cos[start:end], sin[start:end]  # [n, d]
+        emb = self.embed(torch.tensor(tokens, device=hidden.device)).to(hidden.dtype)
+        x = F.linear(
+            torch.cat([_rms(emb, self.enorm.weight, eps), _rms(hidden, self.hnorm.weight, eps)], -1),
+            self.eh_proj.weight,
+        )  # [n, h]
+        a = _rms(x, self.input_layernorm.weight, eps)
+        q = F.linear(a, attn.q_proj.weight).view(n, c.num_attention_heads, d).transpose(0, 1)  # [H, n, d]
+        k = F.linear(a, attn.k_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)  # [KV, n, d]
+        v = F.linear(a, attn.v_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)
+        cache.k[:, start:end] = k * cos + _rotate_half(k) * sin
         cache.v[:, start:end] = v
         cache.length = end
+        q = q * cos + _rotate_half(q) * sin
         mask = None
         if n > 1:
-            mask = torch.arange(end, device=device)[None] <= positions[:, None]  # [n, end] causal
-        att = self._attend(q[None], cache.k[None, :, :end], cache.v[None, :, :end], mask)[0]
-        return self._finish(x, att)
+            mask = torch.arange(end, device=x.device)[None] <= torch.arange(start, end, device=x.device)[:, None]
+        att = self._attend(q[None], cache.k[None, :, :end], cache.v[None, :, :end], mask)[0]  # [H, n, d]
+        x = x + F.linear(att.transpose(0, 1).reshape(n, -1), attn.o_proj.weight)
+        a = _rms(x, self.post_attention_layernorm.weight, eps)
+        return x + F.linear(
+            F.silu(F.linear(a, mlp.gate_proj.weight)) * F.linear(a, mlp.up_proj.weight), mlp.down_proj.weight
+        )
 
     # -- training: teacher-forced chains over whole sequences ---------------------------------------------------
 
@@ -388,10 +428,10 @@ def check_target(config: MtpConfig, target: nn.Module) -> None:
     if diffs:
         raise MtpMismatchError("MTP module was trained for another target: " + "; ".join(diffs))
     probe = weights_probe(target)
-    if config.target_probe and not math.isclose(probe, config.target_probe, rel_tol=1e-2):
+    if config.target_probe and not probes_match(probe, config.target_probe):
         raise MtpMismatchError(
-            "MTP module was trained for a target of the same shape but other weights "
-            f"(embedding probe {config.target_probe:.6g}, this target {probe:.6g})"
+            "MTP module was trained for a target of the same shape but other weights (embedding probe "
+            f"{config.target_probe[0]:.4g}, {config.target_probe[1]:.4g}, ... vs {probe[0]:.4g}, {probe[1]:.4g}, ...)"
         )
 
 

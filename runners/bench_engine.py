@@ -30,7 +30,7 @@ import torch
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
-from engine.mtp import MtpModule, load_mtp
+from engine.mtp import MtpModule, load_mtp, random_mtp
 from runners.bench_costs import limit_rows, paths_costs, synchronize
 from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
@@ -643,12 +643,16 @@ def run_engine_bench(
     """
     import transformers
 
-    if model is None:
+    tiny = model is None
+    if tiny:
         target_dir, draft_dir = tiny_models(quick)
         model, draft = str(target_dir), str(draft_dir)
     target = load_model(model, device=device, dtype=dtype, forward=forward)
     draft_m = load_model(draft, device=device, dtype=dtype, forward=forward) if draft is not None else None
-    mtp_m = load_mtp(mtp, target.model) if mtp is not None else None
+    if mtp is not None:
+        mtp_m = load_mtp(mtp, target.model)
+    else:  # the tiny random models get a random MTP module: every case runs (mechanics, not acceptance)
+        mtp_m = random_mtp(target.model, seed=0) if tiny else None
     if prompt_set not in PROMPT_SETS:
         raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":
@@ -701,7 +705,7 @@ def run_engine_bench(
             "spectune_ngram": {"gamma": gamma, "min_match": 1, "max_match": 2},
             "spectune_draft_model": {"gamma": gamma, "gamma_policy": "fixed"},
             "spectune_suffix": {"gamma": gamma, "reset_drafter_state": "before every pass"},
-            "spectune_mtp_g*": {"gamma": "the case's", "mtp": mtp},
+            "spectune_mtp_g*": {"gamma": "the case's", "mtp": mtp or ("random (tiny models)" if tiny else None)},
             "spectune_mtp_ngram_*": {
                 "gamma": gamma,
                 "policy": "the case's",

@@ -158,15 +158,12 @@ def main(argv: list[str] | None = None) -> int:
 
     target = load_model(args.target, device=str(device), dtype="float32", forward="transformers")
     model = target.model.requires_grad_(False)
-    folders = {"train": [Path(d) for d in args.data]} if args.data else {}
     data: dict[str, Cached] = {}
-    for split in ("train", *EVAL_SPLITS):
-        if split in folders:
-            trajectories = [t for f in folders[split] for t in load_trajectories(f)]
-        elif split == "train" or not args.data:
-            trajectories = load_trajectories(target_trajectories(args.target, split, work, limit, log))
+    for split in ("train", *EVAL_SPLITS):  # dev and test: always the target's own, for the check
+        if split == "train" and args.data:
+            trajectories = [t for f in args.data for t in load_trajectories(Path(f))]
         else:
-            continue
+            trajectories = load_trajectories(target_trajectories(args.target, split, work, limit, log))
         data[split] = cache_split(
             model, target.tokenizer, trajectories, work / f"states-{split}{'-quick' if args.quick else ''}.pt", log
         )
@@ -213,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         loss_fn=loss_fn,
         log=log,
     )
-    checks = {split: agreement(module, data[split], args.depth, device) for split in data}
+    # The held-out splits always; the training split too in --quick (a check that training fit at all).
+    checks = {s: agreement(module, data[s], args.depth, device) for s in data if s != "train" or args.quick}
     coverage = None
     if vocab and "test" in data:
         chosen = set(vocab)

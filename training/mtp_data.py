@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from engine.forward import decoder_layers
-from engine.mtp import fingerprint, target_config
+from engine.mtp import fingerprint, target_config, weights_probe
 from training.sequences import Sequence, from_trajectory
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ def load_trajectories(folder: Path) -> list[dict]:
 
 def _key(model: torch.nn.Module, sequences: list[Sequence]) -> str:
     digest = hashlib.sha256(fingerprint(target_config(model)).encode())
-    digest.update(repr(float(model.get_input_embeddings().weight.double().abs().mean())).encode())
+    digest.update(repr(weights_probe(model)).encode())
     for s in sequences:
         digest.update(bytes(str(s.ids), "ascii"))
     return digest.hexdigest()[:16]

@@ -14,8 +14,22 @@ from runners.bench_engine import RATIOS, analyse_forwards, first_divergence, tin
 # OpenMP barriers wait for a whole scheduler slice.
 QUICK = ["engine", "--quick", "--json", "--threads", "1", "--no-progress"]
 DRAFT_RATIOS = {"draft_vs_transformers", "draft_on_vs_off"}
-SPECTUNE = ("spectune_plain", "spectune_ngram", "spectune_draft_model", "spectune_suffix")
-TRANSFORMERS = ("transformers_greedy", "transformers_prompt_lookup", "transformers_assisted")
+SPECTUNE = (
+    "spectune_plain",
+    "spectune_ngram",
+    "spectune_draft_model",
+    "spectune_suffix",
+    *(f"spectune_mtp_g{g}" for g in (1, 2, 3, 4)),
+    "spectune_mtp_ngram_first",
+    "spectune_mtp_ngram_extend",
+    "spectune_layer_skip_k1",
+)
+TRANSFORMERS = (
+    "transformers_greedy",
+    "transformers_prompt_lookup",
+    "transformers_assisted",
+    "transformers_early_exit_k1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +56,14 @@ def test_quick_engine_report(cache, capsys):
     assert (setup["draft"]["layers"], setup["draft"]["hidden"]) == (1, 32)
     assert setup["threads"] == 1
 
-    for key in RATIOS:
+    # The 2-layer quick target has nothing to skip at k = 2; every other case runs (a random MTP module).
+    unmeasured = {"layer_skip_k2_on_vs_off"}
+    for key in set(RATIOS) - unmeasured:
         assert isinstance(report[key], float) and report[key] > 0, key
     assert report["identical"] is True, json.dumps(report["identity"], indent=1)
     assert report["deterministic"] is True
-    assert report["skipped"] == {"ratios": {}, "cases": {}}
+    assert set(report["skipped"]["ratios"]) == unmeasured
+    assert set(report["skipped"]["cases"]) == {"spectune_layer_skip_k2"}
 
     acc = report["acceptance"]
     for name in SPECTUNE + TRANSFORMERS:
@@ -72,7 +89,7 @@ def test_quick_engine_report(cache, capsys):
         assert len(raw[name]["seconds"]) == repeats and len(raw[name]["tokens"]) == repeats
         assert all(s > 0 for s in raw[name]["seconds"])
         assert raw[name]["tokens"] == [2 * 24] * repeats
-    for key in RATIOS:
+    for key in set(RATIOS) - unmeasured:
         assert len(raw["ratios_per_repeat"][key]) == repeats
 
     # Every numeric path profiled on the same weights; the one the cases ran is named in the setup.
@@ -103,13 +120,22 @@ def test_model_without_draft_skips_draft_cases(cache, capsys):
     target, _ = tiny_models(quick=True, root=cache)
     report = run_json(capsys, [*QUICK, "--model", str(target)])
     assert report["setup"]["draft"] is None
+    # A model folder without --mtp (and no mtp/ beside it) has no MTP module: those cases are skipped too.
+    mtp_ratios = {k for k in RATIOS if k.startswith("mtp_")}
     for key in RATIOS:
-        if key in DRAFT_RATIOS:
+        if key in DRAFT_RATIOS or key in mtp_ratios or key.startswith("layer_skip_k2"):
             assert report[key] is None
-            assert "draft" in report["skipped"]["ratios"][key]
+            assert key in report["skipped"]["ratios"]
         else:
-            assert isinstance(report[key], float) and report[key] > 0
-    assert set(report["skipped"]["cases"]) == {"spectune_draft_model", "transformers_assisted"}
+            assert isinstance(report[key], float) and report[key] > 0, key
+    assert all("draft" in report["skipped"]["ratios"][k] for k in DRAFT_RATIOS if k not in mtp_ratios)
+    mtp_cases = {f"spectune_mtp_g{g}" for g in (1, 2, 3, 4)} | {"spectune_mtp_ngram_first", "spectune_mtp_ngram_extend"}
+    assert set(report["skipped"]["cases"]) == {
+        "spectune_draft_model",
+        "transformers_assisted",
+        "spectune_layer_skip_k2",
+        *mtp_cases,
+    }
     assert "spectune_draft_model" not in report["acceptance"] and "transformers_assisted" not in report["raw"]
     assert "draft_vs_transformers" not in report["identity"]
     assert report["identical"] is True
