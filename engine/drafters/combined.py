@@ -6,7 +6,9 @@ they are asked first; model drafters (draft_model, mtp, layer_skip) after them. 
     first    the first child that proposes anything wins (llama.cpp's first-wins over several
              --spec-type): an n-gram proposal when its match is at least its min_match, else the model's
     extend   the first lookup proposal, then the first model child continues it up to the step's
-             budget (it reads history + that prefix); with no lookup proposal, the model's own
+             budget (it reads history + that prefix); with no lookup proposal, the model's own. An
+             n-gram copies up to the whole budget unless capped (`ngram.max_draft`, llama.cpp's size-m),
+             so give it a cap below gamma for the model to have room
 
 Both are exact: which child proposes depends only on the history. Under sampling a mixed draft carries
 one-hot q rows for the lookup tokens (ExactAcceptance with a one-hot q is the deterministic rule).

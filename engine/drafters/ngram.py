@@ -21,10 +21,15 @@ class NgramOptions:
     min_match: int = 1  # shortest history suffix (tokens) that may trigger a lookup
     max_match: int = 4  # longest suffix compared; longer matches are preferred
     max_candidates: int = 512  # earlier occurrences examined per lookup (most recent first)
+    # most tokens one proposal copies (llama.cpp's size-m); 0: the step's whole budget. Below gamma, a combined
+    # drafter's `extend` policy has room to let its model child continue the copy.
+    max_draft: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_match <= self.max_match:
             raise ValueError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
+        if self.max_draft < 0:
+            raise ValueError(f"max_draft must be >= 0 (0: no cap), got {self.max_draft}")
 
 
 class NgramDrafter(DrafterBase):
@@ -53,7 +58,8 @@ class NgramDrafter(DrafterBase):
         stream = index.tokens
         tokens: list[int] = []
         src = match.positions[0] + 1  # most recent match
-        while len(tokens) < ctx.max_tokens:
+        limit = min(ctx.max_tokens, self.options.max_draft) if self.options.max_draft else ctx.max_tokens
+        while len(tokens) < limit:
             tok = stream[src] if src < len(stream) else tokens[src - len(stream)]
             tokens.append(tok)
             src += 1

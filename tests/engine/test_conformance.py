@@ -7,19 +7,26 @@ Sliding-window targets (Mistral: every layer; Gemma 3: alternating with full lay
 of 8, shorter than every prompt, so every rollback happens past the window. Every target runs on
 transformers' forward and, where it covers the architecture, on the engine's own Llama forward
 (engine/llama.py, path `torch`: float64 like the rest; the oneDNN path is fp32/bf16 only and is
-checked on the bundled models in test_forward_paths.py).
+checked on the bundled models in test_forward_paths.py). Combined drafters (`A+B`) and the MTP and
+layer-skip drafters run the same suite; the MTP modules are random but made to partly agree with the
+targets (`agreeing_mtp`), so their drafts are both accepted and rejected.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 
+from engine.drafters import DraftContext
 from engine.engine import Engine, EngineConfig
 from engine.forward import TransformersForward
 from engine.kv import SlidingGrowingLayer, kv_tensors, new_cache
 from engine.llama import covers
 from engine.loading import LoadedModel
+from engine.mtp import MtpModule, random_mtp
 from engine.stats import GenerationStats
 from engine.testing import SLIDING_WINDOW, perturbed_copy, random_model
 
@@ -37,18 +44,64 @@ def short_context(draft: LoadedModel, limit: int) -> LoadedModel:
     return draft
 
 
-# name -> (drafter, how to build the draft model from the target or None)
-DRAFTER_CASES = {
-    "none": ("none", None),
-    "ngram": ("ngram", None),
-    "suffix": ("suffix", None),
-    "draft_model": ("draft_model", lambda t: perturbed_copy(t, noise=0.6, seed=3)),
-    "draft_model_padded_vocab": ("draft_model", lambda t: perturbed_copy(t, noise=0.6, seed=4, vocab=128)),
+def agreeing_mtp(target: LoadedModel, seed: int, draft_vocab: list[int] | None = None) -> MtpModule:
+    """A random MTP module whose drafts these random targets accept now and then (and reject mostly).
+
+    A plain random head (random_mtp, scale 1) is next to never accepted here: 0 or 1 of ~290 drafted
+    tokens per target. So the input projection is set to pass both of its halves straight through,
+    x = enorm(embed(x_{t+1})) + 1.5 * hnorm(h_t), and the block is weak (scale 0.2): the head then reads
+    roughly what the target's own next step reads (the next token's embedding and the trunk state), and
+    is accepted for about 3-9 % of the drafted tokens on every target (measured over PROMPTS, gamma 4).
+    """
+    module = random_mtp(target.model, seed=seed, draft_vocab=draft_vocab, scale=0.2)
+    h = module.config.hidden_size
+    with torch.no_grad():
+        eye = torch.eye(h, dtype=module.eh_proj.weight.dtype)
+        module.eh_proj.weight.copy_(torch.cat([eye, 1.5 * eye], dim=1))  # [h, 2h]: [embedding half, hidden half]
+    return module
+
+
+def half_vocab(target: LoadedModel, seed: int = 0) -> list[int]:
+    """A shuffled half of the target's token ids (a draft vocabulary that misses some tokens the target emits)."""
+    order = torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(seed))
+    return order[: target.vocab_size // 2].tolist()
+
+
+def with_mtp(seed: int, draft_vocab: bool = False) -> Callable[[LoadedModel], dict[str, Any]]:
+    return lambda t: {"mtp": agreeing_mtp(t, seed, half_vocab(t) if draft_vocab else None)}
+
+
+def with_draft(**kw) -> Callable[[LoadedModel], dict[str, Any]]:
+    return lambda t: {"draft": perturbed_copy(t, **kw)}
+
+
+# name -> (drafter, build_resources(target) -> Engine keyword arguments (draft=, mtp=) or None, drafter options)
+DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | None, dict[str, Any]]] = {
+    "none": ("none", None, {}),
+    "ngram": ("ngram", None, {}),
+    "suffix": ("suffix", None, {}),
+    "draft_model": ("draft_model", with_draft(noise=0.6, seed=3), {}),
+    "draft_model_padded_vocab": ("draft_model", with_draft(noise=0.6, seed=4, vocab=128), {}),
     "draft_model_short_context": (
         "draft_model",
-        lambda t: short_context(perturbed_copy(t, noise=0.6, seed=5), DRAFT_LIMIT),
+        lambda t: {"draft": short_context(perturbed_copy(t, noise=0.6, seed=5), DRAFT_LIMIT)},
+        {},
     ),
+    "mtp": ("mtp", with_mtp(seed=1), {}),
+    "mtp_draft_vocab": ("mtp", with_mtp(seed=2, draft_vocab=True), {}),
+    "layer_skip": ("layer_skip", None, {"layers": 1}),
+    "mtp+ngram": ("mtp+ngram", with_mtp(seed=1), {}),
+    # an n-gram copy capped below gamma (ngram.max_draft), so the model child continues it (mixed steps)
+    "mtp+ngram_extend": ("mtp+ngram", with_mtp(seed=1), {"policy": "extend", "ngram.max_draft": 2}),
+    "ngram+draft_model": (
+        "ngram+draft_model",
+        with_draft(noise=0.6, seed=3),
+        {"policy": "extend", "ngram.max_draft": 2},
+    ),
+    # suffix drafts stop short of the budget, so under `extend` the MTP really continues them (mixed steps)
+    "mtp+suffix_extend": ("mtp+suffix", with_mtp(seed=1), {"policy": "extend"}),
 }
+MODEL_CASES = ["draft_model", "mtp", "mtp_draft_vocab", "layer_skip"]  # drafters with a model behind them
 MAX_NEW = 40
 # Repetitive prompts give lookup drafters something to match; random ones test the rest.
 PROMPTS = [
@@ -77,9 +130,9 @@ def reference(target):
 
 
 def make_engine(target, case: str, gamma: int, **kw) -> Engine:
-    drafter, build_draft = DRAFTER_CASES[case]
-    draft = build_draft(target) if build_draft else None
-    return Engine(target, EngineConfig(drafter=drafter, gamma=gamma, **kw), draft=draft)
+    drafter, build_resources, options = DRAFTER_CASES[case]
+    resources = build_resources(target) if build_resources else {}
+    return Engine(target, EngineConfig(drafter=drafter, gamma=gamma, options=dict(options), **kw), **resources)
 
 
 def assert_identities(stats) -> None:
@@ -140,12 +193,13 @@ def test_stop_token_and_max_token_edges(target, reference, case):
         assert_kv_matches_fresh(target, session)
 
 
-def test_partly_agreeing_draft_sees_acceptances_and_rejections(target):
-    """A perturbed copy of the target must be both accepted and rejected, or the suite proves little."""
-    engine = make_engine(target, "draft_model", gamma=4)
+@pytest.mark.parametrize("case", MODEL_CASES)
+def test_partly_agreeing_draft_sees_acceptances_and_rejections(target, case):
+    """A model drafter (a perturbed copy, an agreeing MTP, the first layer) must be both accepted and rejected."""
+    engine = make_engine(target, case, gamma=4)
     stats = sum((engine.generate(p, MAX_NEW).stats for p in PROMPTS), start=GenerationStats())
-    assert stats.accepted > 0, "no draft token was ever accepted"
-    assert stats.accepted < stats.drafted, "no draft token was ever rejected"
+    assert stats.accepted > 0, f"{case}: no draft token was ever accepted"
+    assert stats.accepted < stats.drafted, f"{case}: no draft token was ever rejected"
 
 
 def test_lookup_drafters_get_accepted_on_repetitive_text(target, reference):
@@ -156,7 +210,7 @@ def test_lookup_drafters_get_accepted_on_repetitive_text(target, reference):
         assert stats.per_drafter[case]["drafted"] == stats.drafted
 
 
-@pytest.mark.parametrize("case", ["ngram", "draft_model"])
+@pytest.mark.parametrize("case", ["ngram", "draft_model", "mtp", "mtp+ngram_extend", "layer_skip"])
 def test_heuristic_gamma_stays_exact(target, reference, case):
     engine = make_engine(target, case, gamma=2, gamma_policy="heuristic", max_gamma=8)
     assert engine.generate(PROMPTS[0], MAX_NEW).tokens == reference[0]
@@ -200,3 +254,175 @@ def test_sliding_archs_really_slide(target, reference):
     finally:
         config.sliding_window = SLIDING_WINDOW
     assert unwindowed != reference[1], "a window of 8 made no difference: the test would prove nothing"
+
+
+def record_steps(drafter) -> list[tuple[list[str], int]]:
+    """Spy on `drafter`: one (draft sources, tokens the step kept) per verification step, filled while it generates.
+
+    An instance attribute shadows the method, so the loop calls the spies. A step without a proposal (its draft
+    budget was 0) records no sources. The loop emits the accepted drafts + one token and these targets have no
+    stop token, so a step kept `added - 1` draft tokens.
+    """
+    steps: list[tuple[list[str], int]] = []
+    pending: list[list[str]] = []
+    propose, commit = drafter.propose, drafter.commit
+
+    def spy_propose(ctx):
+        draft = propose(ctx)
+        pending.append(list(draft.sources))
+        return draft
+
+    def spy_commit(step):
+        steps.append((pending.pop() if pending else [], step.added - 1))
+        commit(step)
+
+    drafter.propose, drafter.commit = spy_propose, spy_commit
+    return steps
+
+
+@pytest.mark.parametrize("case", ["mtp+ngram_extend", "ngram+draft_model", "mtp+suffix_extend"])
+def test_mixed_steps_are_credited_to_each_proposer(target, reference, case):
+    """Under `extend` one step's draft comes from two drafters (the lookup's tokens, then the model's), and each
+    token is credited to its proposer: the per-drafter counts rebuilt from the recorded drafts equal the
+    statistics', and the per-drafter counts add up to the totals, position by position."""
+    engine = make_engine(target, case, gamma=4)
+    totals = GenerationStats()
+    drafts: list[list[str]] = []
+    for prompt, ref in zip(PROMPTS, reference, strict=True):
+        session = engine.new_session()
+        lookup, model = session.drafter.lookups[0].name, session.drafter.models[0].name
+        steps = record_steps(session.drafter)
+        result = session.generate(prompt, MAX_NEW)
+        assert result.tokens == ref
+        expected = GenerationStats()
+        for sources, kept in steps:
+            if sources:
+                expected.credit_step(sources, kept)
+        assert result.stats.per_drafter == expected.per_drafter
+        drafts += [sources for sources, _ in steps if sources]
+        totals = totals + result.stats
+    assert set(totals.per_drafter) == {lookup, model}, totals.per_drafter
+    assert all(share["drafted"] > 0 for share in totals.per_drafter.values()), totals.per_drafter
+    shares = list(totals.per_drafter.values())
+    assert sum(s["drafts"] for s in shares) == totals.drafts
+    assert sum(s["drafted"] for s in shares) == totals.drafted
+    assert sum(s["accepted"] for s in shares) == totals.accepted
+    for name, share in totals.per_drafter.items():
+        assert sum(share["drafted_per_position"]) == share["drafted"], name
+        assert sum(share["accepted_per_position"]) == share["accepted"], name
+    for key in ("drafted_per_position", "accepted_per_position"):
+        by_position: list[int] = []
+        for share in shares:
+            counts = share[key]
+            by_position += [0] * (len(counts) - len(by_position))
+            for i, count in enumerate(counts):
+                by_position[i] += count
+        total = getattr(totals, key)
+        assert by_position + [0] * (len(total) - len(by_position)) == total, key
+    mixed = [sources for sources in drafts if len(set(sources)) > 1]
+    seen = sorted({tuple(sources) for sources in drafts})
+    assert mixed, f"{case}: no step's draft came from two drafters; drafts' sources seen: {seen}"
+    for sources in mixed:
+        m = sources.count(lookup)
+        assert sources == [lookup] * m + [model] * (len(sources) - m), sources
+
+
+def mtp_child(drafter):
+    """The `mtp` drafter itself, or the `mtp` child of a combined drafter."""
+    if drafter.name == "mtp":
+        return drafter
+    return next(child for child in drafter.children if child.name == "mtp")
+
+
+def fresh_mtp_entries(target, module: MtpModule, history: list[int]):
+    """Trunk outputs of history[:-1] from one forward on a fresh cache, and the MTP block cache built over them."""
+    _, trunk = target.forward(target.forward.new_cache(), history[:-1], hidden=True)  # [n - 1, h]
+    cache = module.new_cache()
+    module.step(cache, trunk, history[1:])
+    return trunk, cache
+
+
+def assert_mtp_state_matches(snapshots, target, module: MtpModule, history: list[int]) -> None:
+    """Each snapshot (entries e, K and V of entries [0, e), stored hidden states) equals a fresh computation."""
+    trunk, fresh = fresh_mtp_entries(target, module, history)
+    assert any(e > 0 for e, *_ in snapshots)
+    for e, k, v, hidden in snapshots:
+        assert hidden.shape[0] <= len(history) - 1 and e <= hidden.shape[0]
+        torch.testing.assert_close(hidden, trunk[: hidden.shape[0]], atol=1e-9, rtol=1e-9, msg="hidden states differ")
+        torch.testing.assert_close(k, fresh.k[:, :e], atol=1e-9, rtol=1e-9, msg=f"block keys [0, {e}) differ")
+        torch.testing.assert_close(v, fresh.v[:, :e], atol=1e-9, rtol=1e-9, msg=f"block values [0, {e}) differ")
+
+
+@pytest.mark.parametrize("case", ["mtp", "mtp+ngram", "mtp+suffix_extend"])
+def test_mtp_block_cache_is_rolled_back(target, case):
+    """After every MTP proposal its block cache entries [0, entries) and its stored target hidden states equal a
+    from-scratch computation over the history (the target's trunk outputs of history[:-1] from one forward, then
+    one MtpModule.step over all of them), so chain entries of rejected or accepted drafts never stay behind. A
+    second turn that diverges from the first rolls the state back to the common prefix; after one more proposal
+    at the end, every entry [0, n - 1) of the final history is right."""
+    engine = make_engine(target, case, gamma=4)
+    session = engine.new_session()
+    drafter = mtp_child(session.drafter)
+    module = drafter.module
+    snapshots: list = []
+    propose = drafter.propose
+
+    def spy(ctx):
+        draft = propose(ctx)
+        e, cache = drafter._entries, drafter._cache
+        snapshots.append((e, cache.k[:, :e].clone(), cache.v[:, :e].clone(), drafter._hidden[: drafter._known].clone()))
+        return draft
+
+    drafter.propose = spy
+    session.generate(PROMPTS[0], MAX_NEW)
+    assert_mtp_state_matches(snapshots, target, module, session.history)
+    snapshots.clear()
+    diverged = [*session.history[: len(PROMPTS[0]) + 9], *PROMPTS[1]]  # keeps 9 generated tokens, then new ones
+    session.generate(diverged, MAX_NEW)
+    assert_mtp_state_matches(snapshots, target, module, session.history)
+    share = session.totals.per_drafter["mtp"]
+    assert 0 < share["accepted"] < share["drafted"], f"MTP drafts must be both accepted and rejected: {share}"
+    drafter.propose = propose
+    history = session.history
+    drafter.propose(DraftContext(history, 1, engine.params, session.generator))
+    n = len(history)
+    assert drafter._entries == n - 1
+    snapshot = (n - 1, drafter._cache.k[:, : n - 1], drafter._cache.v[:, : n - 1], drafter._hidden[: drafter._known])
+    assert drafter._known == n - 1
+    assert_mtp_state_matches([snapshot], target, module, history)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("diverge", [False, True], ids=["extend", "diverge"])
+@pytest.mark.parametrize("case", ["mtp", "layer_skip", "mtp+ngram_extend"])
+def test_prefix_reuse_changes_no_output(target, case, diverge, temperature):
+    """A second turn in a warm session (the KV and drafter state of the first turn's prefix reused) proposes the
+    same drafts and generates the same tokens as a cold session given the whole prompt; under sampling too,
+    with both sessions' generators seeded alike before the turn. The second prompt extends the first turn's
+    history, or diverges from it after 6 of its generated tokens (the drafter state is rolled back)."""
+    engine = make_engine(target, case, gamma=4, temperature=temperature, seed=5)
+    warm = engine.new_session()
+    warm.generate(PROMPTS[1], 20)
+    kept = warm.history[: len(PROMPTS[1]) + 6] if diverge else warm.history
+    second = [*kept, 70, 71, 72, 7, 8]
+    cold = engine.new_session()
+    results, drafts = [], []
+    for session in (warm, cold):
+        proposed: list = []
+        propose = session.drafter.propose
+
+        def spy(ctx, propose=propose, proposed=proposed):
+            draft = propose(ctx)
+            proposed.append((len(ctx.history), list(draft.tokens)))
+            return draft
+
+        session.drafter.propose = spy
+        session.generator.manual_seed(99)
+        results.append(session.generate(second, MAX_NEW))
+        drafts.append(proposed)
+        assert_kv_matches_fresh(target, session)
+    (w, c), (wd, cd) = results, drafts
+    assert w.stats.reused_tokens > 0 and c.stats.reused_tokens == 0
+    assert w.tokens == c.tokens
+    assert wd == cd, "the warm session's drafter proposed other drafts than a cold one"
+    assert w.stats.drafted == c.stats.drafted > 0 and w.stats.accepted == c.stats.accepted

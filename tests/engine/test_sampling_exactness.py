@@ -8,6 +8,14 @@ shows the test has the power to catch a broken rule.
 
 Measured with these seeds (2,000 samples each): exact rules p = 0.09 .. 0.66 (none, draft_model,
 ngram; two sampling settings); without the residual p = 5e-14; lossy topk(k=3) p = 9e-70.
+
+The MTP drafter proposes nothing on a turn's first step (the target has not yet produced the hidden state
+of the last prompt token), so a 2-token generation in a fresh session would never draft with it. Its tests
+draw every sample in one warm session instead: each sample continues PROMPT again (the session reuses the
+prefix, and the drafter its hidden states and block cache, rolled back to PROMPT), generating 3 tokens so
+that the first step drafts 2 chained tokens; the joint of the first two tokens is compared as above.
+Measured (MTP_SAMPLES = 300): mtp, mtp+ngram and mtp+suffix (extend; suffix+MTP mixed drafts carry one-hot
+rows, then q rows) p = 0.05 .. 0.91; without the residual p = 4e-8.
 """
 
 from __future__ import annotations
@@ -18,13 +26,16 @@ from scipy.stats import chisquare
 
 from engine.acceptance import ExactAcceptance, Verdict
 from engine.engine import Engine, EngineConfig
+from engine.mtp import random_mtp
 from engine.sampling import SamplingParams, effective_probs, sample
+from engine.stats import GenerationStats
 from engine.testing import random_model
 
 VOCAB = 8
 SAMPLES = 2000
 ALPHA = 1e-3  # exact rules must give p > ALPHA; broken ones p < ALPHA
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repetitive, so the n-gram drafter proposes too
+MTP_SAMPLES = 300  # fewer than SAMPLES (each costs a few MTP block steps too); broken rules still give p << ALPHA
 SETTINGS = {
     "t1": SamplingParams(temperature=1.0),
     "t0.8_topk5_topp0.95": SamplingParams(temperature=0.8, top_k=5, top_p=0.95),
@@ -49,12 +60,15 @@ def exact_joint(target, params: SamplingParams) -> torch.Tensor:
     return first[:, None] * second
 
 
-def p_value(engine: Engine, expected: torch.Tensor) -> float:
+def p_value(engine: Engine, expected: torch.Tensor, draw=None, samples: int = SAMPLES) -> float:
+    """Chi-square p-value of `samples` draws (x1, x2) against `expected`; default draw: a fresh 2-token generation."""
+    if draw is None:
+        draw = lambda: engine.generate(PROMPT, 2, stop_tokens=frozenset()).tokens  # noqa: E731
     counts = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
-    for _ in range(SAMPLES):
-        x1, x2 = engine.generate(PROMPT, 2, stop_tokens=frozenset()).tokens
+    for _ in range(samples):
+        x1, x2 = draw()
         counts[x1 * VOCAB + x2] += 1
-    exp = expected.flatten() * SAMPLES
+    exp = expected.flatten() * samples
     # Pool cells with expected count < 5 into one bin, as the chi-square approximation needs.
     small = exp < 5
     obs_bins = torch.cat([counts[~small], counts[small].sum()[None]])
@@ -65,10 +79,17 @@ def p_value(engine: Engine, expected: torch.Tensor) -> float:
     return float(chisquare(obs_bins.numpy(), exp_bins.numpy()).pvalue)
 
 
-def make(target, draft, drafter: str, params: SamplingParams, **kw) -> Engine:
-    config = EngineConfig(drafter=drafter, gamma=2, temperature=params.temperature, top_k=params.top_k,
-                          top_p=params.top_p, seed=1234, **kw)
-    return Engine(target, config, draft=draft if drafter == "draft_model" else None)
+def make(target, draft, drafter: str, params: SamplingParams, mtp=None, **kw) -> Engine:
+    config = EngineConfig(
+        drafter=drafter,
+        gamma=2,
+        temperature=params.temperature,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        seed=1234,
+        **kw,
+    )
+    return Engine(target, config, draft=draft if drafter == "draft_model" else None, mtp=mtp)
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -97,8 +118,11 @@ class NoResidualAcceptance(ExactAcceptance):
     def verify(self, target_logits, draft, draft_probs, params, generator) -> Verdict:
         n = len(draft)
         p = effective_probs(target_logits, params)
-        q = draft_probs if draft_probs is not None else torch.nn.functional.one_hot(
-            torch.tensor(draft, dtype=torch.long), p.shape[-1]).to(p.dtype)
+        q = (
+            draft_probs
+            if draft_probs is not None
+            else torch.nn.functional.one_hot(torch.tensor(draft, dtype=torch.long), p.shape[-1]).to(p.dtype)
+        )
         for i, x in enumerate(draft):
             if torch.rand((), generator=generator, dtype=p.dtype) * q[i, x] >= p[i, x]:
                 return Verdict(i, sample(p[i], generator))
@@ -121,3 +145,72 @@ def test_negative_control_lossy_topk_fails_and_is_flagged(models):
     assert engine.lossy and engine.generate(PROMPT, 2).lossy
     p = p_value(engine, exact_joint(target, params))
     assert p < ALPHA, f"the test failed to detect the lossy topk rule (p={p:.2e})"
+
+
+@pytest.fixture(scope="module")
+def mtp_module(models):
+    """A random MTP module over the target: its head is the target's own (scaled) LM head, so q is peaked; the
+    random block makes it differ from p (acceptance about 0.6, so residual steps are common)."""
+    return random_mtp(models[0].model, seed=0, scale=1.0)
+
+
+def warm_draws(engine: Engine, stats: list[GenerationStats]):
+    """(x1, x2) draws from one warm session (see the module docstring); each generation's stats go to `stats`."""
+    session = engine.new_session()
+    session.generate(PROMPT[:-1], 1, stop_tokens=frozenset())  # the target's hidden states of PROMPT[:-1]
+
+    def draw() -> list[int]:
+        result = session.generate(PROMPT, 3, stop_tokens=frozenset())
+        stats.append(result.stats)
+        return result.tokens[:2]
+
+    return draw
+
+
+def total(stats: list[GenerationStats]) -> GenerationStats:
+    return sum(stats, start=GenerationStats())
+
+
+MTP_DRAFTERS = {"mtp": {}, "mtp+ngram": {"policy": "extend"}, "mtp+suffix": {"policy": "extend"}}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("drafter", list(MTP_DRAFTERS))
+def test_exact_sampling_with_mtp_matches_plain_distribution(models, mtp_module, drafter, setting):
+    target, draft = models
+    params = SETTINGS[setting]
+    engine = make(target, draft, drafter, params, mtp=mtp_module, options=MTP_DRAFTERS[drafter])
+    steps: list[GenerationStats] = []
+    p = p_value(engine, exact_joint(target, params), warm_draws(engine, steps), MTP_SAMPLES)
+    assert p > ALPHA, f"{drafter} exact sampling deviates from plain sampling (chi-square p={p:.2e})"
+    stats = total(steps)
+    names = drafter.split("+")
+    assert set(stats.per_drafter) == set(names) and all(stats.per_drafter[n]["drafted"] > 0 for n in names)
+    mtp = stats.per_drafter["mtp"]
+    assert 0 < mtp["accepted"] < mtp["drafted"], mtp
+    if drafter == "mtp+suffix":  # mixed drafts (one-hot rows, then the MTP's q rows): the MTP continued suffix's
+        assert max(mtp["drafted_per_position"]) > mtp["drafts"], stats.per_drafter
+
+
+def test_mtp_is_rejected_often_enough_to_matter(models, mtp_module):
+    """The negative control below only bites if MTP drafts are rejected: check they are, and chained drafts too."""
+    target, draft = models
+    engine = make(target, draft, "mtp", SETTINGS["t1"], mtp=mtp_module)
+    steps: list[GenerationStats] = []
+    draw = warm_draws(engine, steps)
+    for _ in range(200):
+        draw()
+    stats = total(steps)
+    # Every sample's first step drafts 2 chained tokens (a second step, after an early rejection, drafts 1).
+    assert stats.drafted_per_position[1] == 200 and stats.drafted_per_position[0] >= 200, stats.drafted_per_position
+    assert 0.1 < stats.acceptance_rate < 0.9, stats.acceptance_rate
+    assert 0 < stats.accepted_per_position[1] < stats.accepted_per_position[0]
+
+
+def test_negative_control_without_residual_fails_with_mtp(models, mtp_module):
+    target, draft = models
+    params = SETTINGS["t1"]
+    engine = make(target, draft, "mtp", params, mtp=mtp_module)
+    engine.acceptance = NoResidualAcceptance()
+    p = p_value(engine, exact_joint(target, params), warm_draws(engine, []), MTP_SAMPLES)
+    assert p < ALPHA, f"the test failed to detect a rule without the residual step with mtp drafts (p={p:.2e})"
