@@ -161,8 +161,8 @@ def _shallow(module: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-def _catch(into: list[torch.Tensor]):
-    """A forward hook that keeps a decoder layer's output hidden states [1, n, h]."""
+def catch_output(into: list[torch.Tensor]):
+    """A forward hook that appends a decoder layer's output hidden states [1, n, h] to `into`."""
 
     def hook(module, args, output) -> None:
         into.append(output[0] if isinstance(output, tuple) else output)
@@ -215,7 +215,7 @@ class TransformersForward:
         ids = torch.tensor([tokens], device=self.device)  # [1, n]
         pos = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, n]
         caught: list[torch.Tensor] = []
-        hook = self._last_layer.register_forward_hook(_catch(caught)) if hidden else None
+        hook = self._last_layer.register_forward_hook(catch_output(caught)) if hidden else None
         try:
             out = self.model(
                 input_ids=ids,

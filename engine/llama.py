@@ -66,13 +66,14 @@ KERNELS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], Linear]] = {
 }
 
 
-def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / rms(x), the mean of squares taken in float32 (as transformers does)."""
     x32 = x.float()
     return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """RoPE's pairing of the two halves of each head: (x1, x2) -> (-x2, x1)."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -254,12 +255,12 @@ class LlamaForward:
         """Every decoder layer over new rows x [n, h]; `write` stores layer i's new K/V, `view` gives what to attend."""
         n, qn, d = x.shape[0], self.heads * self.head_dim, self.head_dim
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(_rmsnorm(x, layer.norm1, self.eps))  # [n, H d], [n, KV d], [n, KV d]
+            q, k, v = layer.qkv(rms_norm(x, layer.norm1, self.eps))  # [n, H d], [n, KV d], [n, KV d]
             q = q.view(n, self.heads, d).transpose(0, 1)  # [H, n, d]
             k = k.view(n, self.kv_heads, d).transpose(0, 1)  # [KV, n, d]
             v = v.view(n, self.kv_heads, d).transpose(0, 1)  # [KV, n, d]
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             write(i, k, v)
             keys, values, mask = view(i, layer.window)  # [KV, L, d] x 2, [n, L] or None
             att = F.scaled_dot_product_attention(
@@ -271,7 +272,7 @@ class LlamaForward:
                 enable_gqa=self.kv_heads != self.heads,
             )  # [1, H, n, d]
             x = x + layer.o(att[0].transpose(0, 1).reshape(n, qn))
-            gate, up = layer.gate_up(_rmsnorm(x, layer.norm2, self.eps))  # [n, I] each
+            gate, up = layer.gate_up(rms_norm(x, layer.norm2, self.eps))  # [n, I] each
             x = x + layer.down(F.silu(gate) * up)
         return x
 
@@ -303,7 +304,7 @@ class LlamaForward:
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [n, h]
         x = self._decoder(x, cos[start:end], sin[start:end], write, view)
         cache.length = end
-        last = _rmsnorm(x[-keep:], self.norm, self.eps)  # [keep, h]
+        last = rms_norm(x[-keep:], self.norm, self.eps)  # [keep, h]
         return self.lm_head(last), (x if hidden else None)
 
     def static_cache(self, capacity: int) -> LlamaCache:
@@ -338,4 +339,4 @@ class LlamaForward:
             return cache.k[i], cache.v[i], masks[window]
 
         x = self._decoder(self.embed[ids], cos, sin, write, view)
-        return self.lm_head(_rmsnorm(x, self.norm, self.eps))
+        return self.lm_head(rms_norm(x, self.norm, self.eps))

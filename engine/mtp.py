@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.kv import grown_capacity
+from engine.llama import rms_norm, rotate_half
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -128,12 +129,6 @@ class MtpConfig:
         )
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """weight * x / rms(x), the mean of squares in float32 (as the Llama family and _Norm compute it)."""
-    x32 = x.float()
-    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
 class _Norm(nn.Module):
     """RMSNorm with a learned scale (mean of squares in float32, as the Llama family computes it)."""
 
@@ -143,7 +138,7 @@ class _Norm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _rms(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class _Attention(nn.Module):
@@ -170,11 +165,6 @@ class _SharedHead(nn.Module):
     def __init__(self, c: MtpConfig) -> None:
         super().__init__()
         self.norm = _Norm(c.hidden_size, c.rms_norm_eps)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class MtpCache:
@@ -309,7 +299,7 @@ class MtpModule(nn.Module):
         v = attn.v_proj(a).view(*shape, c.num_key_value_heads, c.head_dim).transpose(-2, -3)
         cos, sin = self._rope(positions, x.dtype)
         cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)  # broadcast over heads
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
     def _finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         """The block after attention: o_proj residual, then the MLP residual. att [.., H, n, d] -> [.., n, h]."""
@@ -349,23 +339,23 @@ class MtpModule(nn.Module):
         cos, sin = cos[start:end], sin[start:end]  # [n, d]
         emb = self.embed(torch.tensor(tokens, device=hidden.device)).to(hidden.dtype)
         x = F.linear(
-            torch.cat([_rms(emb, self.enorm.weight, eps), _rms(hidden, self.hnorm.weight, eps)], -1),
+            torch.cat([rms_norm(emb, self.enorm.weight, eps), rms_norm(hidden, self.hnorm.weight, eps)], -1),
             self.eh_proj.weight,
         )  # [n, h]
-        a = _rms(x, self.input_layernorm.weight, eps)
+        a = rms_norm(x, self.input_layernorm.weight, eps)
         q = F.linear(a, attn.q_proj.weight).view(n, c.num_attention_heads, d).transpose(0, 1)  # [H, n, d]
         k = F.linear(a, attn.k_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)  # [KV, n, d]
         v = F.linear(a, attn.v_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)
-        cache.k[:, start:end] = k * cos + _rotate_half(k) * sin
+        cache.k[:, start:end] = k * cos + rotate_half(k) * sin
         cache.v[:, start:end] = v
         cache.length = end
-        q = q * cos + _rotate_half(q) * sin
+        q = q * cos + rotate_half(q) * sin
         mask = None
         if n > 1:
             mask = torch.arange(end, device=x.device)[None] <= torch.arange(start, end, device=x.device)[:, None]
         att = self._attend(q[None], cache.k[None, :, :end], cache.v[None, :, :end], mask)[0]  # [H, n, d]
         x = x + F.linear(att.transpose(0, 1).reshape(n, -1), attn.o_proj.weight)
-        a = _rms(x, self.post_attention_layernorm.weight, eps)
+        a = rms_norm(x, self.post_attention_layernorm.weight, eps)
         return x + F.linear(
             F.silu(F.linear(a, mlp.gate_proj.weight)) * F.linear(a, mlp.up_proj.weight), mlp.down_proj.weight
         )

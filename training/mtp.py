@@ -132,6 +132,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=12.0, help="passes over the training sequences")
     p.add_argument("--depth", type=int, default=3, help="chained steps trained (and checked)")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (against over-fitting)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch")
     p.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -190,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=steps,
         batch_tokens=args.batch_tokens,
         lr=args.lr,
+        weight_decay=args.weight_decay,
         warmup=min(50, steps // 10),
         seed=args.seed,
         log_every=max(1, min(20, steps // 20)),

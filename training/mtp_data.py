@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from engine.forward import decoder_layers
+from engine.forward import catch_output, decoder_layers
 from engine.mtp import fingerprint, target_config, weights_probe
 from training.sequences import Sequence, from_trajectory
 
@@ -99,11 +99,7 @@ def _key(model: torch.nn.Module, sequences: list[Sequence]) -> str:
 def run_target(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(trunk outputs [T, h], greedy next tokens [T]) of the frozen target over one sequence."""
     caught: list[torch.Tensor] = []
-
-    def hook(module, args, output) -> None:
-        caught.append(output[0] if isinstance(output, tuple) else output)
-
-    handle = decoder_layers(model)[-1].register_forward_hook(hook)
+    handle = decoder_layers(model)[-1].register_forward_hook(catch_output(caught))
     try:
         device = next(model.parameters()).device
         logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]

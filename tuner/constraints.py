@@ -13,9 +13,10 @@ from typing import Any
 
 import optuna
 
-from engine.engine import EngineConfig
+from engine.drafters import drafter_needs, drafter_state_bytes_per_token
+from engine.engine import Engine, EngineConfig
 from engine.kv import capacity_bound
-from engine.memory import ModelShape, estimate_memory, largest_context, model_shape
+from engine.memory import ModelShape, estimate_memory, largest_context, model_shape, mtp_weight_bytes
 
 GIB = 1 << 30
 # Constraint name -> what a positive value means (for the report).
@@ -38,17 +39,22 @@ class MemoryFacts:
     ceiling_bytes: int
     overhead_bytes: int
     measured_on_cuda: bool
+    mtp_weight_bytes: int = 0  # the loaded MTP module's own tensors (the full LM head and embedding are the target's)
 
 
 def memory_facts(cfg: Any, models: Any, draft: str | None) -> MemoryFacts:
     """The memory model's facts for a composed config and its loaded models (`draft`: the draft folder in use)."""
+    target = model_shape(cfg.model.target)
+    dtype = str(next(models.target.model.parameters()).dtype).removeprefix("torch.")
+    mtp = getattr(models, "mtp", None)
     return MemoryFacts(
-        target=model_shape(cfg.model.target),
+        target=target,
         draft=model_shape(draft) if draft else None,
-        dtype=str(next(models.target.model.parameters()).dtype).removeprefix("torch."),
+        dtype=dtype,
         ceiling_bytes=int(cfg.hardware.vram_gib * GIB),
         overhead_bytes=int(cfg.hardware.runtime_overhead_gib * GIB),
         measured_on_cuda=models.target.device.type == "cuda",
+        mtp_weight_bytes=mtp_weight_bytes(target, dtype, mtp.config.draft_vocab_size) if mtp is not None else 0,
     )
 
 
@@ -64,15 +70,21 @@ def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int
 
     The VRAM figure counts the most KV the engine's growing cache can have allocated for the needed
     context (engine.kv.capacity_bound); the largest fitting context counts held tokens, as a server
-    that preallocates `-c` does.
+    that preallocates `-c` does. What the drafter adds comes from what it needs (a draft model's weights
+    and KV, the MTP module's weights) and its own per-position state (the drafter class's hook), so a
+    combination such as `mtp+ngram` is counted as the sum of its children.
     """
-    draft = facts.draft if config.drafter == "draft_model" else None
+    options, _ = Engine.validate(config)
+    needs = drafter_needs(config.drafter, options)
+    draft = facts.draft if needs.draft_model else None
     kwargs = {
         "dtype": facts.dtype,
         "gamma": drafted_length(config),
         "draft": draft,
         "draft_dtype": facts.dtype if draft is not None else None,
         "overhead_bytes": facts.overhead_bytes,
+        "drafter_weight_bytes": facts.mtp_weight_bytes if needs.mtp else 0,
+        "drafter_bytes_per_token": drafter_state_bytes_per_token(config.drafter, options, facts.target, facts.dtype),
     }
     estimate = estimate_memory(facts.target, context=capacity_bound(needed_context), **kwargs)
     return {

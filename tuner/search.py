@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from runners.compare import Comparison
 from runners.config import agent_config, check_config
@@ -119,7 +120,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what happens; keep Optuna's warnings
     base = check_config(cfg)
     check_tuner(cfg)
-    space = load_space(cfg.space, has_draft=bool(cfg.model.draft))
+    space = load_space(cfg.space, has_draft=bool(cfg.model.draft), has_mtp=bool(cfg.model.get("mtp")))
     task, tuner, study_cfg = cfg.task, cfg.tuner, cfg.study
     study_dir = Path(cfg.run.root) / study_cfg.name
     instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path, task.subset)
@@ -149,9 +150,15 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             if cfg.run.threads:
                 torch.set_num_threads(cfg.run.threads)
             device = cfg.model.device or cfg.hardware.device
-            draft = cfg.model.draft if "draft_model" in space.drafters else None
+            needs = [drafter_needs(name) for name in space.drafters]
+            draft = cfg.model.draft if any(n.draft_model for n in needs) else None
             models = load_models(
-                cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward
+                cfg.model.target,
+                draft,
+                device=device,
+                dtype=cfg.model.dtype,
+                forward=cfg.model.forward,
+                mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
             )
         except KeyboardInterrupt:
             raise Interrupted(stop, "while loading") from None
@@ -295,7 +302,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 engine=engine,
                 model_name=cfg.model.name,
                 target=cfg.model.target,
-                draft=cfg.model.draft if engine.drafter == "draft_model" else None,
+                draft=cfg.model.draft if drafter_needs(engine.drafter).draft_model else None,
                 hardware=cfg.hardware.name,
                 measured_on=torch_device.type,
                 context=int(best.user_attrs.get("largest_context") or 0),

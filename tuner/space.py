@@ -5,7 +5,10 @@ the parameter name `<drafter>.<knob>` (so TPE's `group=True` models each drafter
 an engine knob (`gamma`, `gamma_policy`, `max_gamma`, `confidence`) or an option of the drafter's own
 options dataclass; `gamma_policy` decides which of the others are drawn (`max_gamma` only for
 `heuristic`, `confidence` only for `confidence`). Acceptance is `exact` unless `allow_lossy` is set.
-Everything is checked by `load_space`, before a model is loaded, with the allowed names in the message.
+A drafter is any registered one or an A+B combination (`mtp+ngram`, whose children's options are
+namespaced: `ngram.min_match`); one that needs what the model config lacks (a draft model, MTP weights)
+is left out with the reason. Everything is checked by `load_space`, before a model is loaded, with the
+allowed names in the message.
 """
 
 from __future__ import annotations
@@ -17,13 +20,20 @@ import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from engine.acceptance import ACCEPTANCE_RULES, acceptance_options_class
-from engine.drafters import DRAFTERS, drafter_needs, drafter_options_class
+from engine.drafters import (
+    COMBINED_EXAMPLES,
+    DRAFTERS,
+    build_drafter_options,
+    drafter_needs,
+    drafter_option_keys,
+    is_known_drafter,
+)
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
 from engine.options import option_names
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
-# Drafters whose proposals come from a model; only they may use the `confidence` gamma policy.
+# Drafters whose proposals come from a model; only they (or a combination with one) may use `confidence`.
 MODEL_DRAFTERS = frozenset(name for name in DRAFTERS if drafter_needs(name).distribution)
 BASELINE = "none"  # speculation OFF is the study's trial 0, never a candidate
 
@@ -94,7 +104,7 @@ def _values(knob: Knob) -> list[Any]:
 
 
 def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
-    allowed = [*ENGINE_KNOBS, *option_names(drafter_options_class(name))]
+    allowed = [*ENGINE_KNOBS, *drafter_option_keys(name)]
     unknown = sorted(set(knobs) - set(allowed))
     if unknown:
         raise ValueError(f"space drafters.{name}: unknown knob(s) {unknown}; allowed: {allowed}")
@@ -102,32 +112,44 @@ def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
         for policy in _values(knobs["gamma_policy"]):
             if policy not in GAMMA_POLICIES:
                 raise ValueError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
-            if policy == "confidence" and name not in MODEL_DRAFTERS:
+            if policy == "confidence" and not drafter_needs(name).distribution:
                 raise ValueError(
                     f"space drafters.{name}.gamma_policy: 'confidence' needs a model drafter "
                     f"({sorted(MODEL_DRAFTERS)}), not {name!r}"
                 )
 
 
-def load_space(node: Any, *, has_draft: bool) -> Space:
+def _missing(name: str, *, has_draft: bool, has_mtp: bool) -> str | None:
+    """Why drafter `name` cannot run with this model config (None: it can)."""
+    needs = drafter_needs(name)
+    if needs.draft_model and not has_draft:
+        return "the model config has no draft (model.draft is null)"
+    if needs.mtp and not has_mtp:
+        return "the model config has no MTP weights (model.mtp is null; train them: python -m training.mtp)"
+    return None
+
+
+def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False) -> Space:
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
-    `draft_model` is left out (with the reason kept in `left_out`) when the model config has no draft.
+    A drafter that needs a draft model or MTP weights the model config does not have is left out (with
+    the reason kept in `left_out`).
     """
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     drafters_node = dict(data.get("drafters") or {})
-    candidates = sorted(set(DRAFTERS) - {BASELINE})
+    candidates = [*sorted(set(DRAFTERS) - {BASELINE}), f"A+B of them (e.g. {', '.join(COMBINED_EXAMPLES)})"]
     drafters: dict[str, dict[str, Knob]] = {}
     left_out: dict[str, str] = {}
     for name, knobs_node in drafters_node.items():
         if name == BASELINE:
             raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
-        if name not in DRAFTERS:
+        if not is_known_drafter(name):
             raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
-        knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in dict(knobs_node or {}).items()}
+        knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in _knob_nodes(knobs_node).items()}
         _check_drafter(name, knobs)
-        if name == "draft_model" and not has_draft:
-            left_out[name] = "the model config has no draft (model.draft is null)"
+        why = _missing(name, has_draft=has_draft, has_mtp=has_mtp)
+        if why:
+            left_out[name] = why
             continue
         drafters[name] = knobs
     if not drafters:
@@ -145,6 +167,32 @@ def load_space(node: Any, *, has_draft: bool) -> Space:
             raise ValueError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
         acceptance[rule] = knobs
     return Space(str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out)
+
+
+def _knob_nodes(node: Any) -> dict[str, Any]:
+    """A drafter's knobs with a combination's nested child blocks (`ngram: {min_match: ...}`) flattened
+    to `ngram.min_match`; a knob spec is a list, a range dict ({low, high ...}) or a value."""
+    out: dict[str, Any] = {}
+    for key, spec in dict(node or {}).items():
+        if isinstance(spec, dict) and "low" not in spec and "high" not in spec:
+            for child_key, child_spec in spec.items():
+                out[f"{key}.{child_key}"] = child_spec
+        else:
+            out[key] = spec
+    return out
+
+
+def _ordered_matches(drafter: str, options: dict[str, Any]) -> None:
+    """Keep each (min_match, max_match) pair ordered: ranges are independent in the space file."""
+    defaults = build_drafter_options(drafter, {})
+    children = getattr(defaults, "children", None) or {drafter: defaults}
+    plain = [c for c in children.values() if hasattr(c, "max_match")]
+    for prefix, child in [("", plain[0] if len(plain) == 1 else None), *((f"{n}.", c) for n, c in children.items())]:
+        low_key, high_key = prefix + "min_match", prefix + "max_match"
+        if child is None or not hasattr(child, "max_match") or not ({low_key, high_key} & set(options)):
+            continue
+        low = options.get(low_key, child.min_match)
+        options[high_key] = max(low, options.get(high_key, child.max_match))
 
 
 def suggest(trial: optuna.Trial, space: Space, base: EngineConfig) -> EngineConfig:
@@ -168,11 +216,7 @@ def suggest(trial: optuna.Trial, space: Space, base: EngineConfig) -> EngineConf
     for name in knobs:
         if name not in ENGINE_KNOBS:
             options[name] = knobs[name].suggest(trial, f"{drafter}.{name}")
-    # Ranges are independent in the space file; keep the pairs the options require ordered.
-    if "min_match" in options or "max_match" in options:
-        defaults = drafter_options_class(drafter)()
-        low = options.get("min_match", defaults.min_match)
-        options["max_match"] = max(low, options.get("max_match", defaults.max_match))
+    _ordered_matches(drafter, options)
     gamma = int(values.get("gamma", base.gamma))
     acceptance = "exact"
     if space.allow_lossy and space.acceptance:

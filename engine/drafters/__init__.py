@@ -131,6 +131,12 @@ def drafter_shared_state(name: str, options: Any = None) -> Any:
     return cls.shared_state(options)
 
 
+def drafter_state_bytes_per_token(name: str, options: Any, target: Any, dtype: str) -> float:
+    """Bytes per context position of drafter `name`'s own state (MTP block KV, layer-skip KV; 0 for lookups)."""
+    cls, options = _class_and_options(name, options)
+    return float(cls.state_bytes_per_token(options, target, dtype))
+
+
 def make_drafter(name: str, options: object | None, resources: DrafterResources) -> Drafter:
     """A new per-session drafter instance."""
     cls, options = _class_and_options(name, options)
@@ -151,6 +157,7 @@ __all__ = [
     "drafter_options_class",
     "drafter_parts",
     "drafter_shared_state",
+    "drafter_state_bytes_per_token",
     "drafter_takes",
     "is_known_drafter",
     "make_drafter",

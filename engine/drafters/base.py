@@ -138,6 +138,15 @@ class DrafterBase:
         """Engine-wide state the engine creates once and gives every session's drafter (None: none)."""
         return None
 
+    @classmethod
+    def state_bytes_per_token(cls, options: Any, target: Any, dtype: str) -> float:
+        """Bytes of the drafter's own per-position state for a target of shape `target` (engine.memory.ModelShape).
+
+        What the memory model counts over the context beside the target's KV: a draft model's KV is
+        counted from its own shape, so only drafters with state of their own override this.
+        """
+        return 0.0
+
     def begin(self, history: list[int]) -> None:
         """Nothing to prepare."""
 

@@ -87,6 +87,13 @@ class CombinedDrafter(DrafterBase):
         return needs
 
     @classmethod
+    def state_bytes_per_token(cls, options: CombinedOptions, target: Any, dtype: str) -> float:
+        """Every child keeps its own state: the sum."""
+        return sum(
+            c.state_bytes_per_token(options.children[n], target, dtype) for n, c in _child_classes(options).items()
+        )
+
+    @classmethod
     def shared_state(cls, options: CombinedOptions) -> _SharedStates:
         """Each child's engine-wide state."""
         return _SharedStates({n: c.shared_state(options.children[n]) for n, c in _child_classes(options).items()})

@@ -15,6 +15,7 @@ history that diverged from the one the states were computed on keeps only the co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -34,6 +35,14 @@ class MtpDrafter(DrafterBase):
 
     name = "mtp"
     NEEDS = Needs(target_hidden=True, distribution=True, mtp=True)
+
+    @classmethod
+    def state_bytes_per_token(cls, options: MtpOptions | None, target: Any, dtype: str) -> float:
+        """The module's one-layer block KV and the target hidden state kept per position."""
+        # imported here: `python -m engine.memory` must not find engine.memory already imported
+        from engine.memory import mtp_state_bytes_per_token
+
+        return mtp_state_bytes_per_token(target, dtype)
 
     def __init__(self, options: MtpOptions | None, resources: DrafterResources) -> None:
         if resources.mtp is None:

@@ -158,7 +158,10 @@ def test_draft_with_other_tokenizer_is_rejected(tiny_files):
             EngineConfig(drafter="ngram+suffix", options={"min_match": 2}),
             "ambiguous.*ngram.min_match or suffix.min_match",
         ),
-        (EngineConfig(drafter="ngram+suffix", options={"draft_model.x": 2}), "unknown option 'draft_model.x'.*ngram.min_match"),
+        (
+            EngineConfig(drafter="ngram+suffix", options={"draft_model.x": 2}),
+            "unknown option 'draft_model.x'.*ngram.min_match",
+        ),
         (EngineConfig(drafter="mtp+ngram", options={"policy": "best"}), "unknown combined policy 'best'"),
         (EngineConfig(drafter="layer_skip", options={"layers": 0}), "layers must be >= 1"),
         (EngineConfig(drafter="layer_skip", options={"layers": 9}), "must be below the target's 2 layers"),

@@ -123,6 +123,21 @@ def test_a_crashing_trial_is_recorded_as_failed_and_the_study_goes_on(tune, tmp_
     assert summary["best"]["number"] == second["number"]
 
 
+def test_mtp_and_combined_trials_load_the_bundled_module_and_count_it_in_memory(tune, tmp_path):
+    drafters = {"mtp": {"gamma": [2]}, "mtp+ngram": {"gamma": [3], "policy": ["extend"]}}
+    execute(tune("tuner.trials=4", "study.pruner=none", "task.limit=1", drafters=drafters))
+    rows = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"]
+    base = next(r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "baseline")
+    assert {r["params"]["drafter"] for r in rows} == {"mtp", "mtp+ngram"}
+    for row in rows:
+        attrs = row["user_attrs"]
+        assert row["state"] == "COMPLETE", row
+        assert attrs["regressions"] == [] and attrs["diverged_tasks"] == []
+        assert attrs["acceptance_rate"] > 0  # the module proposed and the target kept some of it
+        # the module's weights and its per-position state are counted on top of OFF's estimate
+        assert attrs["memory_estimate_bytes"] > base["user_attrs"]["memory_estimate_bytes"]
+
+
 def test_no_success_is_infinitely_slow_and_infeasible_never_zero(tune, tmp_path):
     execute(tune("tuner.trials=1", "agent.max_steps=1"))  # one turn cannot solve a task
     rows = _trials(tmp_path / "runs" / "t")

@@ -41,7 +41,7 @@ def _draw(space, n=40, seed=0):
 def test_suggestions_carry_only_the_chosen_drafters_knobs_and_are_valid():
     space = load_space(_tune("space=full").space, has_draft=True)
     configs, params = _draw(space, 60)
-    assert {c.drafter for c in configs} == {"ngram", "suffix", "draft_model"}
+    assert {c.drafter for c in configs} == {"ngram", "suffix", "draft_model", "layer_skip"}  # no MTP weights
     for config, p in zip(configs, params, strict=True):
         Engine.validate(config)
         assert config.acceptance == "exact" and config.seed == 3  # lossy only on opt-in; base sampling kept
@@ -60,6 +60,39 @@ def test_draft_model_is_offered_only_with_a_draft():
     assert "draft_model" not in space.drafters and "draft_model" in space.left_out
     configs, _ = _draw(space, 30)
     assert "draft_model" not in {c.drafter for c in configs}
+
+
+@pytest.mark.parametrize("name", ["default", "full"])
+def test_mtp_drafters_are_offered_only_with_mtp_weights(name):
+    without = load_space(_tune(f"space={name}").space, has_draft=False)
+    mtp_names = {d for d in without.left_out if "mtp" in d}
+    assert {"mtp", "mtp+ngram"} <= mtp_names and not mtp_names & set(without.drafters)
+    assert all("model.mtp" in without.left_out[d] for d in mtp_names)
+    with_mtp = load_space(_tune(f"space={name}").space, has_draft=False, has_mtp=True)
+    assert mtp_names <= set(with_mtp.drafters) and "draft_model" in with_mtp.left_out
+
+
+def test_combined_drafters_draw_namespaced_child_options_that_the_engine_accepts():
+    space = load_space(_tune("space=full").space, has_draft=True, has_mtp=True)
+    configs, params = _draw(space, 200, seed=1)
+    combined = [(c, p) for c, p in zip(configs, params, strict=True) if "+" in c.drafter]
+    assert {c.drafter for c, _ in combined} == {"mtp+ngram", "mtp+suffix"}
+    assert {c.options["policy"] for c, _ in combined} == {"first", "extend"}
+    for config, p in combined:
+        options, _ = Engine.validate(config)
+        child = "ngram" if config.drafter == "mtp+ngram" else "suffix"
+        assert f"{config.drafter}.{child}.min_match" in p  # nested space block -> CHILD.KEY parameter
+        assert options.children[child].min_match == config.options[f"{child}.min_match"]
+        assert options.children[child].min_match <= options.children[child].max_match
+    assert any(c.gamma_policy == "confidence" for c, _ in combined)  # a combination with a model drafter may
+
+
+def test_a_combination_of_lookups_cannot_use_the_confidence_policy():
+    space = {"drafters": {"ngram+suffix": {"gamma_policy": ["confidence"], "ngram": {"min_match": [2]}}}}
+    with pytest.raises(ValueError, match="needs a model drafter"):
+        load_space(OmegaConf.create(space), has_draft=True)
+    with pytest.raises(ValueError, match=r"ngram\.min_matc"):
+        load_space(OmegaConf.create({"drafters": {"mtp+ngram": {"ngram": {"min_matc": [2]}}}}), has_draft=True)
 
 
 def test_lossy_rules_only_when_allowed():
