@@ -128,11 +128,17 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="where to write the MTP module (config.json + model.safetensors)")
     p.add_argument("--data", nargs="*", help="folders of agent trajectories to train on (default: the target's own)")
     p.add_argument("--work", default="runs/mtp", help="trajectories, cached target states, checkpoint (resumable)")
-    p.add_argument("--draft-vocab", type=int, default=1024, help="rows of the head's draft vocabulary; 0 = all")
-    p.add_argument("--epochs", type=float, default=12.0, help="passes over the training sequences")
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="rows of the head's draft vocabulary (the tokens the target says most at train replies); 0 = all"
+        " (the default: on the bundled pair 1024 / 2048 rows cover only 73 / 86%% of test reply tokens)",
+    )
+    p.add_argument("--epochs", type=float, default=8.0, help="passes over the training sequences")
     p.add_argument("--depth", type=int, default=3, help="chained steps trained (and checked)")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (against over-fitting)")
+    p.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (against over-fitting)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch")
     p.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")

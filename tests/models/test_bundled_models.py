@@ -117,8 +117,8 @@ def test_bundled_mtp_module_solves_an_instance_with_the_identical_token_stream(t
         assert outcome.candidate.generated_ids == outcome.baseline.generated_ids, drafter
         assert outcome.first_divergence is None
     mtp_stats = results["mtp"].candidate.stats
-    # The trained head is accepted for 79 of 186 drafted tokens here (42%); a random one next to never.
-    assert mtp_stats.drafted / 4 < mtp_stats.accepted < mtp_stats.drafted
+    # The trained head is accepted for 92 of 147 drafted tokens here (63%); a random one next to never.
+    assert mtp_stats.drafted / 2 < mtp_stats.accepted < mtp_stats.drafted
     shares = results["mtp+ngram"].candidate.stats.per_drafter
     assert (
         shares["mtp"]["accepted"] > 0
