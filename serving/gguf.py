@@ -1,0 +1,99 @@
+"""Export a spectune (Hugging Face) model folder to GGUF with llama.cpp's own converter.
+
+    python -m serving.gguf --model models/spectune-tiny/target --out runs/gguf/target-f32.gguf [--type f32]
+
+The converter is the pinned release's `convert_hf_to_gguf.py` (with its `conversion/` package and
+`gguf-py/`), kept beside the binary by `python -m serving.llama_install`. It refuses tokenizers whose
+pre-tokenizer it does not know ("BPE pre-tokenizer was not recognized"); the bundled models' line-level
+pre-tokenizer is one. Then, and only then, the file is written with the pre-tokenizer name `--pre`
+(default "default") and a warning: the server's own *text* tokenisation of such a model is not
+spectune's, so spectune drives it with token ids only (`/completion` with `"prompt": [ids]`), which
+is what the agent loop has anyway. Real models (Qwen, Llama) convert as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from serving.llama_binary import INSTALL_HINT, build_dir
+
+TYPES = ("f32", "f16", "bf16", "q8_0")
+# Run in a fresh interpreter: import the pinned converter, make an unknown pre-tokenizer fall back to
+# a named one (reported on stderr), then run the converter's own command line unchanged.
+_RUNNER = """
+import runpy, sys
+convert, pre = sys.argv[1], sys.argv[2]
+sys.path[:0] = [convert, convert + "/gguf-py"]
+import conversion.base as base
+known = base.TextModel.get_vocab_base_pre
+def get_vocab_base_pre(self, tokenizer):
+    try:
+        return known(self, tokenizer)
+    except NotImplementedError:
+        print(f"spectune: pre-tokenizer not known to llama.cpp; writing {pre!r} (drive the server with token ids)",
+              file=sys.stderr)
+        return pre
+base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+sys.argv = [convert + "/convert_hf_to_gguf.py", *sys.argv[3:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def converter_dir(explicit: str | Path | None = None) -> Path:
+    """The folder holding convert_hf_to_gguf.py (explicit, else the pinned build's convert/)."""
+    folder = Path(explicit) if explicit else build_dir() / "convert"
+    if not (folder / "convert_hf_to_gguf.py").is_file():
+        raise FileNotFoundError(f"no convert_hf_to_gguf.py in {folder}; {INSTALL_HINT}")
+    return folder
+
+
+def export_gguf(
+    model: str | Path, out: str | Path, kind: str = "f32", *, pre: str = "default", converter: str | Path | None = None
+) -> Path:
+    """Convert `model` to a GGUF file at `out`; returns it. Errors name the model and the converter's message."""
+    if kind not in TYPES:
+        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
+    model, out = Path(model), Path(out)
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
+    folder = converter_dir(converter)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=out.name + ".", suffix=".part", delete=False) as tmp:
+        partial = Path(tmp.name)
+    argv = [sys.executable, "-c", _RUNNER, str(folder), pre, str(model), "--outfile", str(partial), "--outtype", kind]
+    run = subprocess.run(argv, capture_output=True, text=True)
+    if run.returncode != 0:
+        partial.unlink(missing_ok=True)
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        raise RuntimeError(f"{model}: llama.cpp's converter failed: {lines[-1] if lines else run.returncode}")
+    for line in run.stderr.splitlines():
+        if line.startswith("spectune:"):
+            print(line, file=sys.stderr)
+    partial.chmod(0o644)  # NamedTemporaryFile makes it private; a model file is not
+    partial.replace(out)  # only a complete file gets the name
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; prints the written file."""
+    parser = argparse.ArgumentParser(prog="python -m serving.gguf", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a Hugging Face model folder (config.json + weights)")
+    parser.add_argument("--out", required=True, help="the .gguf file to write")
+    parser.add_argument("--type", default="f32", choices=TYPES, help="weight type (default f32: exact streams)")
+    parser.add_argument("--pre", default="default", help="pre-tokenizer name to write when llama.cpp knows none")
+    parser.add_argument("--converter", help="folder with convert_hf_to_gguf.py (default: the pinned build's)")
+    args = parser.parse_args(argv)
+    try:
+        print(export_gguf(args.model, args.out, args.type, pre=args.pre, converter=args.converter))
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

