@@ -1,8 +1,8 @@
 """A real llama-server on the bundled models: lifecycle, token-id requests, speculation active, nothing left running.
 
 Needs the pinned binary and converter (`python -m serving.llama_install`): skips with the reason
-without them, and fails instead when SPECTUNE_REQUIRE_LLAMA=1 says they must be there (for a CI that
-builds them; .ci/run does not yet: the cold build's time is still being measured against CI's budget).
+without them, and fails instead when SPECTUNE_REQUIRE_LLAMA=1 says they must be there (.ci/run builds
+them once per machine and sets it).
 """
 
 from __future__ import annotations
