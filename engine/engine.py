@@ -48,6 +48,9 @@ class EngineConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     seed: int = 0  # seed of a session's sampling RNG (session i uses seed + i); the commands set it from run.seed
+    # Who decodes: builtin (this engine) | llama-server (the runners start a real llama-server with this
+    # configuration's exported flags; runners/backends.py). The engine itself runs only builtin.
+    backend: str = "builtin"
 
 
 class Engine:
@@ -61,6 +64,11 @@ class Engine:
         mtp: MtpModule | None = None,
     ):
         self.config = config = config or EngineConfig()
+        if config.backend != "builtin":
+            raise ValueError(
+                f"EngineConfig.backend={config.backend!r}: the built-in Engine runs backend 'builtin' only "
+                "(runners.backends starts a llama-server for 'llama-server')"
+            )
         self.target = target
         self.drafter_options, self.acceptance = self.validate(config)
         self.needs: Needs = drafter_needs(config.drafter, self.drafter_options)

@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from agents.engine_model import EngineModel
 from agents.episode import run_episode
 from agents.loop import AgentConfig
-from engine.engine import Engine, EngineConfig
+from engine.engine import EngineConfig
 from engine.stats import GenerationStats
+from runners.backends import Backend, ServerSettings, make_backend
 from runners.config import baseline_config
 from runners.models import Models
 from runners.outcomes import SideRun, TaskOutcome
@@ -63,6 +64,7 @@ class Comparison:
         model_name: str = "model",
         plain: EngineConfig | None = None,
         skip: Collection[tuple[str, int]] = (),
+        server: ServerSettings | None = None,
     ) -> None:
         self.models = models
         self.instances = instances
@@ -77,13 +79,16 @@ class Comparison:
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
         reference = candidate if candidate is not None else (plain or EngineConfig())
         self.seed = reference.seed
-        self.baseline_engine = Engine(models.target, baseline_config(reference)) if baseline is None else None
-        self.candidate_engine: Engine | None = None
+        # Each side's decoder (runners/backends.py): the built-in engine, or a llama-server started on first use.
+        self.baseline_engine: Backend | None = None
+        if baseline is None:
+            self.baseline_engine = make_backend(baseline_config(reference), models, server)
+        self.candidate_engine: Backend | None = None
         self.unsupported: str | None = None  # why the candidate cannot run on these models
         if candidate is not None:
             try:
                 # the engine keeps only what the drafter needs (Engine.needs)
-                self.candidate_engine = Engine(models.target, candidate, draft=models.draft, mtp=models.mtp)
+                self.candidate_engine = make_backend(candidate, models, server)
             except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ, no MTP weights
                 self.unsupported = str(exc)
 
@@ -102,12 +107,32 @@ class Comparison:
         return self.run()
 
     def run(self) -> Iterator[TaskOutcome]:
-        """Yield each task's OFF and ON results, repeat by repeat, task by task (those in `skip` left out)."""
+        """Yield each task's OFF and ON results, repeat by repeat, task by task (those in `skip` left out).
+
+        Servers a backend started are stopped when the iteration ends, however it ends.
+        """
+        try:
+            yield from self._run()
+        finally:
+            self.close()
+
+    def describe(self) -> dict[str, Any]:
+        """What decodes each side (runners/backends.py), for the summary."""
+        sides = {"baseline": self.baseline_engine, "candidate": self.candidate_engine}
+        return {name: backend.describe() for name, backend in sides.items() if backend is not None}
+
+    def close(self) -> None:
+        """Stop what the backends started (llama-server processes); a later run starts them again."""
+        for backend in (self.baseline_engine, self.candidate_engine):
+            if backend is not None:
+                backend.close()
+
+    def _run(self) -> Iterator[TaskOutcome]:
         if self.warmup and self.remaining():
             self._warm_up()
         for repeat in range(self.repeats):
             if self.candidate_engine is not None:
-                self.candidate_engine.reset_drafter_state()  # every repeat starts from the same drafter state
+                self.candidate_engine.reset()  # every repeat starts from the same drafter state
             for index, instance in enumerate(self.instances):
                 if (instance.instance_id, repeat) in self.skip:
                     continue
@@ -129,15 +154,14 @@ class Comparison:
         """One short untimed generation per engine (first-call allocations, kernel selection)."""
         tokenizer = self.models.target.tokenizer
         prompt = tokenizer.encode(WARMUP_PROMPT)
-        for engine in (self.baseline_engine, self.candidate_engine):
-            if engine is not None:
-                engine.generate(prompt, 16)
-                engine.reset_drafter_state()  # the warm-up must not teach the suffix drafter anything
+        for backend in (self.baseline_engine, self.candidate_engine):
+            if backend is not None:
+                backend.warm_up(prompt)  # and forgets it: the warm-up must not teach the suffix drafter anything
 
-    def _episode(self, side: str, engine: Engine, instance: Instance, repeat: int, seed: int) -> SideRun:
-        """Run the agent on one task with one engine, then grade its final diff in a fresh sandbox."""
+    def _episode(self, side: str, backend: Backend, instance: Instance, repeat: int, seed: int) -> SideRun:
+        """Run the agent on one task with one side's backend, then grade its final diff in a fresh sandbox."""
         tokenizer = self.models.target.tokenizer
-        model = EngineModel(engine, tokenizer, self.model_name, seed=seed)
+        model = backend.agent_model(tokenizer, self.model_name, seed)
         trajectory = self.out_dir / "trajectories" / side / f"r{repeat}" / f"{instance.instance_id}.json"
         episode = run_episode(instance, model, self.environment, tokenizer, self.agent, trajectory)
         result = episode.agent

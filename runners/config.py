@@ -20,7 +20,10 @@ from engine.drafters import DRAFTERS, drafter_needs, is_known_drafter
 from engine.engine import EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
+from serving.gguf import TYPES as GGUF_TYPES
 from tasks.suites import SUBSETS
+
+BACKENDS = ("builtin", "llama-server")  # EngineConfig.backend (runners/backends.py builds each)
 
 GIB = 1 << 30
 
@@ -80,6 +83,19 @@ class TrackingConf:
 
 
 @dataclass
+class ServerConf:
+    """The llama-server that `engine.backend=llama-server` measures on (the built-in engine ignores this)."""
+
+    binary: str | None = None  # llama-server executable; null: $SPECTUNE_LLAMA_SERVER, spectune's build, PATH ...
+    gguf_type: str = "f32"  # f32 | f16 | bf16 | q8_0: how model.target / model.draft are converted (f32: exact)
+    target_gguf: str | None = None  # a GGUF of the target to use as is (null: convert model.target, cached)
+    draft_gguf: str | None = None  # a GGUF of the draft to use as is (null: convert model.draft, cached)
+    context: int | None = None  # -c in tokens; null: the target's own context length
+    threads: int | None = None  # -t; null: run.threads, else llama.cpp's default
+    start_timeout_s: float = 120.0  # seconds a server may take to load and answer /health
+
+
+@dataclass
 class RunConf:
     """How the measurement is repeated and where it is written."""
 
@@ -106,6 +122,7 @@ class Config:
     sandbox: SandboxConf = field(default_factory=SandboxConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)
     run: RunConf = field(default_factory=RunConf)
+    server: ServerConf = field(default_factory=ServerConf)  # used by engine.backend=llama-server only
 
 
 SUITES = ("swe-lite", "swe-bench-lite")
@@ -152,6 +169,7 @@ def baseline_config(candidate: EngineConfig) -> EngineConfig:
         top_k=candidate.top_k,
         top_p=candidate.top_p,
         seed=candidate.seed,
+        backend=candidate.backend,  # OFF is the same backend without speculation
     )
 
 
@@ -169,6 +187,8 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
     _choice(cfg.model.forward, list(PATHS), "model.forward")
+    _choice(cfg.engine.backend, list(BACKENDS), "engine.backend")
+    _choice(cfg.server.gguf_type, list(GGUF_TYPES), "server.gguf_type")
     if not is_known_drafter(cfg.engine.drafter):
         _choice(cfg.engine.drafter, [*sorted(DRAFTERS), "A+B (e.g. mtp+ngram)"], "engine.drafter")
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")

@@ -37,6 +37,7 @@ from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import summary_table, table_console
 from runners.runfolder import plan, record_until_stopped
+from runners.server_setup import server_settings
 from runners.summary import summarize
 from runners.tracking import make_tracker
 from tasks.environment import make_environment
@@ -90,6 +91,10 @@ def prepare(
         cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward, mtp=mtp
     )
     out_dir = Path(cfg.run.root) / cfg.run.name
+    server = None
+    if (candidate or plain or EngineConfig()).backend == "llama-server":
+        wants_draft = candidate is not None and drafter_needs(candidate.drafter).draft_model
+        server = server_settings(cfg, models, out_dir / "server-logs", draft=wants_draft)
     comparison = Comparison(
         models,
         candidate,
@@ -101,6 +106,7 @@ def prepare(
         warmup=cfg.run.warmup,
         model_name=cfg.model.name,
         plain=plain,
+        server=server,
     )
     return instances, models, out_dir, comparison
 
@@ -154,6 +160,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), OFF vs ON "
             f"(drafter={cfg.engine.drafter}, gamma={cfg.engine.gamma}, acceptance={cfg.engine.acceptance}) -> {out_dir}"
         )
+        for side, described in comparison.describe().items():
+            if described["backend"] == "llama-server":
+                console.print(f"{side} on llama-server {described['binary']}: {' '.join(described['args'])}")
         if outcomes:
             console.print(f"resuming: {len(outcomes)} of {total} task run(s) already finished, running the rest")
         record_until_stopped(comparison, stop, out_dir, outcomes, cfg.run.progress, console)
@@ -176,6 +185,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                         task.name, cfg.run.seed, torch_device, task.split, task.path, models.forward_paths()
                     ),
                     "config": config_dict,
+                    "backend": comparison.describe(),
                 },
             )
             summary["hardware"] = hardware_block(cfg, torch_device, summary)

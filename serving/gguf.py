@@ -14,12 +14,13 @@ is what the agent loop has anyway. Real models (Qwen, Llama) convert as usual.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from serving.llama_binary import INSTALL_HINT, build_dir
+from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
 
 TYPES = ("f32", "f16", "bf16", "q8_0")
 # Run in a fresh interpreter: import the pinned converter, make an unknown pre-tokenizer fall back to
@@ -76,6 +77,23 @@ def export_gguf(
     partial.chmod(0o644)  # NamedTemporaryFile makes it private; a model file is not
     partial.replace(out)  # only a complete file gets the name
     return out
+
+
+def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path | None = None) -> Path:
+    """The GGUF of a model folder, converted once and kept in the cache (keyed by the folder's files and the type).
+
+    The key is the folder's path and every file's name, size and modification time, so an edited model is
+    converted again; `kind` and the pinned release are part of it too.
+    """
+    model = Path(model).resolve()
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
+    digest = hashlib.sha256(f"{model}|{kind}|{PINNED}".encode())
+    for path in sorted(p for p in model.rglob("*") if p.is_file()):
+        info = path.stat()
+        digest.update(f"|{path.relative_to(model)}:{info.st_size}:{info.st_mtime_ns}".encode())
+    out = build_dir().parent.parent / "gguf" / f"{model.name}-{digest.hexdigest()[:16]}-{kind}.gguf"
+    return out if out.is_file() else export_gguf(model, out, kind, converter=converter)
 
 
 def main(argv: list[str] | None = None) -> int:

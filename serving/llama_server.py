@@ -71,9 +71,11 @@ class LlamaServer:
         threads: int | None = None,
         log_path: str | Path | None = None,
         start_timeout: float = 120.0,
+        trace: bool = False,
     ) -> None:
         self.binary, self.model, self.args = binary, Path(model), list(args)
         self.context, self.threads, self.start_timeout = context, threads, start_timeout
+        self.trace = trace  # LLAMA_TRACE=1: one `accepted A/N draft tokens` log line per verification step
         self.log_path = Path(log_path) if log_path else None
         self.port: int | None = None
         self.process: subprocess.Popen | None = None
@@ -108,6 +110,7 @@ class LlamaServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() ends it and anything it started
             preexec_fn=_die_with_parent,
+            env={**os.environ, "LLAMA_TRACE": "1"} if self.trace else None,
         )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -131,11 +134,30 @@ class LlamaServer:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
-    def log_text(self) -> str:
-        """What the server printed so far."""
-        if self._log_file is not None:
-            self._log_file.flush()
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.is_file() else ""
+    def log_text(self, since: int = 0) -> str:
+        """What the server printed so far (from byte offset `since`)."""
+        if not (self.log_path and self.log_path.is_file()):
+            return ""
+        with open(self.log_path, "rb") as log:
+            log.seek(since)
+            return log.read().decode(errors="replace")
+
+    def log_size(self) -> int:
+        """Bytes the server has printed so far (an offset for `log_text`)."""
+        return self.log_path.stat().st_size if self.log_path and self.log_path.is_file() else 0
+
+    def peak_memory_bytes(self) -> int:
+        """The server process's peak resident memory (Linux VmHWM), 0 where it cannot be read."""
+        if self.process is None:
+            return 0
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+        except OSError:
+            return 0
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
 
     def post(self, path: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
         """POST JSON to the server; the parsed JSON reply (LlamaServerError with the server's message)."""

@@ -29,6 +29,7 @@ import torch
 
 from agents.loop import AgentConfig
 from engine.engine import EngineConfig
+from runners.backends import ServerSettings
 from runners.compare import Comparison
 from runners.interrupt import GracefulStop, until_stopped
 from runners.models import Models
@@ -91,6 +92,7 @@ class Objective:
         baseline: BaselineRecord | None = None,
         on_task: Callable[[int, int, int], None] | None = None,
         on_baseline: Callable[[BaselineRecord], None] | None = None,
+        server: ServerSettings | None = None,
     ) -> None:
         self.models = models
         self.instances = instances
@@ -108,6 +110,7 @@ class Objective:
         self.baseline = baseline
         self.on_task = on_task or (lambda number, done, total: None)
         self.on_baseline = on_baseline or (lambda record: None)
+        self.server = server  # engine.backend=llama-server: where its servers come from
 
     @property
     def total(self) -> int:
@@ -151,6 +154,7 @@ class Objective:
             baseline=None if candidate is None else self.baseline.baseline,  # type: ignore[union-attr]
             model_name=self.model_name,
             plain=self.base,
+            server=self.server,
         )
 
     def _run(self, trial: optuna.Trial, comparison: Comparison, prune: bool) -> tuple[list[TaskOutcome], bool]:
@@ -185,12 +189,14 @@ class Objective:
         self.baseline = record
         self.on_baseline(record)
         side = record.summary
-        figures = constraints.memory_figures(comparison.baseline_engine.config, self.memory, record.needed_context)  # type: ignore[union-attr]
-        self._record_side(trial, side, figures, tasks_run=len(outcomes))
+        config = comparison.baseline_engine.config  # type: ignore[union-attr]
+        figures = constraints.memory_figures(config, self.memory, record.needed_context)
+        peak = self._measured_peak(config, side)
+        self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
         trial.set_user_attr("speedup", 1.0)
         trial.set_user_attr("needed_context", record.needed_context)
         values = constraints.constraint_values(
-            memory_bytes=figures["estimate_bytes"],
+            memory_bytes=figures["estimate_bytes"] if peak is None else peak,
             ceiling_bytes=self.memory.ceiling_bytes,
             needed_context=record.needed_context,
             fitting_context=figures["largest_context"],
@@ -216,8 +222,7 @@ class Objective:
         )
         side = summary["candidate"]
         figures = constraints.memory_figures(config, self.memory, self.baseline.needed_context)
-        # On CUDA the engine's measured peak; elsewhere (None) the memory model's estimate.
-        peak = int(side["peak_memory_bytes"]) if self.memory.measured_on_cuda and side["peak_memory_bytes"] else None
+        peak = self._measured_peak(config, side)
         self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
         memory_bytes = figures["estimate_bytes"] if peak is None else peak
         off = self.baseline.summary["seconds_per_success"]
@@ -244,6 +249,12 @@ class Objective:
             trial.set_user_attr("reason", f"pruned after {len(outcomes)} of {self.total} task runs")
             raise optuna.TrialPruned(f"pruned after {len(outcomes)} of {self.total} task runs")
         return _value(on)
+
+    def _measured_peak(self, config: EngineConfig, side: dict[str, Any]) -> int | None:
+        """On CUDA the engine's measured peak, on llama-server its process's peak resident memory; else None
+        (the memory model's estimate stands)."""
+        measured = self.memory.measured_on_cuda or config.backend == "llama-server"
+        return int(side["peak_memory_bytes"]) if measured and side["peak_memory_bytes"] else None
 
     def _record_side(
         self,

@@ -37,6 +37,7 @@ from runners.outputs import dumps_strict, write_atomic
 from runners.provenance import provenance
 from runners.report import table_console
 from runners.run import run_command
+from runners.server_setup import server_settings
 from runners.tracking import default_uri
 from tasks.environment import make_environment
 from tasks.suites import load_suite
@@ -90,7 +91,7 @@ def _check_same_study(study: optuna.Study, fingerprint: dict[str, Any], name: st
     if recorded is None:
         study.set_user_attr("fingerprint", fingerprint)
         return
-    differs = sorted(k for k in fingerprint if recorded.get(k) != fingerprint[k])
+    differs = sorted(k for k in set(fingerprint) | set(recorded) if recorded.get(k) != fingerprint.get(k))
     if differs:
         raise ValueError(
             f"study {name!r} was created with other {', '.join(differs)}; keep them or choose another study.name"
@@ -120,7 +121,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what happens; keep Optuna's warnings
     base = check_config(cfg)
     check_tuner(cfg)
-    space = load_space(cfg.space, has_draft=bool(cfg.model.draft), has_mtp=bool(cfg.model.get("mtp")))
+    space = load_space(
+        cfg.space, has_draft=bool(cfg.model.draft), has_mtp=bool(cfg.model.get("mtp")), backend=base.backend
+    )
     task, tuner, study_cfg = cfg.task, cfg.tuner, cfg.study
     study_dir = Path(cfg.run.root) / study_cfg.name
     instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path, task.subset)
@@ -142,6 +145,8 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         "space": OmegaConf.to_container(cfg.space, resolve=True),
         "model": cfg.model.target,
     }
+    if base.backend != "builtin":  # builtin studies made before backends existed keep their fingerprint
+        fingerprint["backend"] = base.backend
     for note in space.left_out.items():
         console.print(f"[yellow]note:[/] drafter {note[0]} left out: {note[1]}")
     timings: dict[str, float] = {}
@@ -165,6 +170,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         if stop.requested:
             raise Interrupted(stop, "while loading")
         torch_device = models.target.device
+        server = None
+        if base.backend == "llama-server":
+            server = server_settings(cfg, models, study_dir / "server-logs", draft=draft is not None)
         memory = constraints.memory_facts(cfg, models, draft)
         if torch_device.type != "cuda":
             console.print(
@@ -226,6 +234,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             baseline=record,
             **settings_from(cfg),
             on_task=progress.task_done,
+            server=server,
         )
         left = studies.budget_left(study, tuner.trials) + (1 if record is None else 0)
         search_start = time.monotonic()
@@ -279,6 +288,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 warmup=False,
                 plain=base,
                 model_name=cfg.model.name,
+                server=server,
             )
             end = [o.baseline for o in until_stopped(again, stop) if o.baseline is not None]
             if not stop.requested:
@@ -288,7 +298,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         summary["drift"] = record.drift if record is not None else None
         confirmation = None
         if best is not None and tuner.confirm and not stop.requested:
-            confirmation = _confirmation(cfg, best, models, held_out, environment, agent, study_dir, stop, console)
+            confirmation = _confirmation(
+                cfg, best, models, held_out, environment, agent, study_dir, stop, console, server
+            )
             timings["confirm_s"] = confirmation.pop("_seconds", 0.0)
             summary["confirmation"] = confirmation
         elif best is None:
@@ -301,8 +313,11 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             record_x = ExportRecord(
                 engine=engine,
                 model_name=cfg.model.name,
-                target=cfg.model.target,
-                draft=cfg.model.draft if drafter_needs(engine.drafter).draft_model else None,
+                # the GGUFs a llama-server study measured, else the folders (the export names what to convert)
+                target=str(server.target_gguf) if server else cfg.model.target,
+                draft=(str(server.draft_gguf) if server and server.draft_gguf else cfg.model.draft)
+                if drafter_needs(engine.drafter).draft_model
+                else None,
                 hardware=cfg.hardware.name,
                 measured_on=torch_device.type,
                 context=int(best.user_attrs.get("largest_context") or 0),
@@ -326,7 +341,9 @@ def _wide(console: Console) -> Console:
     return console if console.is_terminal else Console(stderr=True, width=max(console.width, 160))
 
 
-def _confirmation(cfg, best, models, held_out, environment, agent, study_dir, stop, console) -> dict[str, Any]:
+def _confirmation(
+    cfg, best, models, held_out, environment, agent, study_dir, stop, console, server=None
+) -> dict[str, Any]:
     """The best configuration against a live OFF on held-out tasks (reused when already confirmed)."""
     path = study_dir / CONFIRMATION_FILE
     if path.is_file():
@@ -351,6 +368,7 @@ def _confirmation(cfg, best, models, held_out, environment, agent, study_dir, st
         repeats=tuner.confirm_repeats,
         warmup=cfg.run.warmup,
         model_name=cfg.model.name,
+        server=server,
     )
     result = confirm(comparison, until_stopped(comparison, stop), resamples=tuner.bootstrap_resamples, seed=0)
     result.update(trial=best.number, engine=asdict(engine), split=tuner.confirm_split)

@@ -129,11 +129,11 @@ def _missing(name: str, *, has_draft: bool, has_mtp: bool) -> str | None:
     return None
 
 
-def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False) -> Space:
+def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False, backend: str = "builtin") -> Space:
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
     A drafter that needs a draft model or MTP weights the model config does not have is left out (with
-    the reason kept in `left_out`).
+    the reason kept in `left_out`); so is, on `backend="llama-server"`, one llama-server cannot run.
     """
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     drafters_node = dict(data.get("drafters") or {})
@@ -148,6 +148,10 @@ def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False) -> Space:
         knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in _knob_nodes(knobs_node).items()}
         _check_drafter(name, knobs)
         why = _missing(name, has_draft=has_draft, has_mtp=has_mtp)
+        if why is None and backend == "llama-server":
+            from tuner.export.llama_server import not_runnable
+
+            why = not_runnable(EngineConfig(drafter=name))
         if why:
             left_out[name] = why
             continue
@@ -155,6 +159,11 @@ def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False) -> Space:
     if not drafters:
         why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "drafters is empty"
         raise ValueError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
+    if backend == "llama-server" and data.get("allow_lossy"):
+        raise ValueError(
+            "space.allow_lossy=true with engine.backend=llama-server: llama-server verifies losslessly only; "
+            "set space.allow_lossy=false"
+        )
     acceptance: dict[str, dict[str, Knob]] = {}
     lossy_rules = sorted(set(ACCEPTANCE_RULES) - {"exact"})
     for rule, knobs_node in dict(data.get("acceptance") or {}).items():

@@ -1,8 +1,7 @@
 """A real llama-server on the bundled models: lifecycle, token-id requests, speculation active, nothing left running.
 
-Needs the pinned binary and converter (`python -m serving.llama_install`): skips with the reason
-without them, and fails instead when SPECTUNE_REQUIRE_LLAMA=1 says they must be there (.ci/run builds
-them once per machine and sets it).
+The binary and the GGUF files come from tests/serving/conftest.py (skip without a binary, fail under
+SPECTUNE_REQUIRE_LLAMA=1).
 """
 
 from __future__ import annotations
@@ -16,31 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.gguf import converter_dir, export_gguf
-from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.llama_server import LlamaServer, LlamaServerError
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny"
-REQUIRED = os.environ.get("SPECTUNE_REQUIRE_LLAMA", "") == "1"
-
-
-@pytest.fixture(scope="module")
-def binary():
-    try:
-        found = find_llama_server()
-        converter_dir()
-    except (LlamaServerMissing, FileNotFoundError) as exc:
-        if REQUIRED:
-            raise
-        pytest.skip(f"no llama-server here: {exc}")
-    return found
-
-
-@pytest.fixture(scope="module")
-def ggufs(binary, tmp_path_factory):
-    """The bundled target and draft as f32 GGUF files."""
-    root = tmp_path_factory.mktemp("gguf")
-    return {name: export_gguf(MODELS / name, root / f"{name}.gguf", "f32") for name in ("target", "draft")}
 
 
 @pytest.fixture(scope="module")

@@ -285,10 +285,45 @@ def _acceptance(engine: EngineConfig, lossy: bool) -> list[Mapping]:
     ]
 
 
+def speculation(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
+    """The speculation and sampling flags of `engine` (draft: the draft weights) and their Mapping rows.
+
+    The `engine.backend=llama-server` runner starts its servers with exactly these flags, so what the tuner
+    measured there is what `build` exports.
+    """
+    options, rule = typed_options(engine)
+    if engine.drafter == "none":
+        spec_flags, spec_rows = _none()
+    elif engine.drafter == "ngram":
+        spec_flags, spec_rows = _ngram(engine, options)
+    elif engine.drafter == "suffix":
+        spec_flags, spec_rows = _suffix(engine, options)
+    elif engine.drafter == "draft_model":
+        spec_flags, spec_rows = _draft_model(engine, draft)
+    elif (child := lookup_child(engine, options)) is not None:
+        spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
+        spec_rows = [_combined_row(engine.drafter, child[0]), *spec_rows]
+    else:
+        spec_flags = [("--spec-type", "none")]
+        spec_rows = [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
+    sampling_flags, sampling_rows = _sampling(engine)
+    return spec_flags + sampling_flags, spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
+
+
+def not_runnable(engine: EngineConfig) -> str | None:
+    """Why llama-server cannot run `engine` as configured (a drafter or rule it lacks, or only part of a
+    combination), else None: the `engine.backend=llama-server` runner reports such a candidate as unsupported."""
+    _, rows = speculation(engine, None)
+    for row in rows:
+        if row.fit == NONE and row.setting.startswith(("drafter=", "acceptance=")):
+            return f"{row.setting}: {row.reason}"
+        if row.setting.startswith("drafter=") and "+" in engine.drafter:
+            return f"{row.setting}: {row.reason}"
+    return None
+
+
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     """The flags (name, value or None) and the Mapping rows for llama-server."""
-    engine = record.engine
-    options, rule = typed_options(engine)
     flags: list[Flag] = [("-m", gguf(record.target, "target"))]
     rows = [
         _row(
@@ -302,22 +337,13 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
         rows.append(_row(f"context={record.context}", EXACT, "-c: the largest context that fit the VRAM ceiling"))
     flags.append(("-np", "1"))
     rows.append(_row("one session at a time", EXACT, "-np 1: one slot, as spectune measured one agent at a time"))
-    if engine.drafter == "none":
-        spec_flags, spec_rows = _none()
-    elif engine.drafter == "ngram":
-        spec_flags, spec_rows = _ngram(engine, options)
-    elif engine.drafter == "suffix":
-        spec_flags, spec_rows = _suffix(engine, options)
-    elif engine.drafter == "draft_model":
-        spec_flags, spec_rows = _draft_model(engine, record.draft)
-    elif (child := lookup_child(engine, options)) is not None:
-        spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
-        spec_rows = [_combined_row(engine.drafter, child[0]), *spec_rows]
-    else:
-        spec_flags = [("--spec-type", "none")]
-        spec_rows = [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
-    sampling_flags, sampling_rows = _sampling(engine)
-    return flags + spec_flags + sampling_flags, rows + spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
+    spec_flags, spec_rows = speculation(record.engine, record.draft)
+    return flags + spec_flags, rows + spec_rows
+
+
+def argv(flags: list[Flag]) -> list[str]:
+    """Flags as command-line words."""
+    return [word for name, value in flags for word in ((name,) if value is None else (name, value))]
 
 
 def render(flags: list[Flag], rows: list[Mapping]) -> str:

@@ -1,0 +1,212 @@
+"""What decodes one side of a comparison: spectune's engine (`engine.backend=builtin`) or a real llama-server.
+
+A backend turns one `EngineConfig` into agent models, one per task. `builtin` is `Engine` + `EngineModel`.
+`llama-server` starts the pinned llama-server (serving/) on the GGUF copies of the same weights, with
+exactly the flags the llama-server exporter writes for that configuration (tuner/export/llama_server.py),
+so what is measured is what gets exported; OFF is the same server with `--spec-type none`. A configuration
+llama-server cannot run as given (mtp, layer_skip, a lossy rule, a combination it would run only half of)
+is unsupported, with the exporter's reason. A server starts on first use and stops in `close()`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from agents.engine_model import EngineModel
+from agents.model import AgentModel
+from agents.server_model import ServerModel
+from engine.engine import Engine, EngineConfig
+from engine.kv import position_limit
+from runners.config import BACKENDS
+from serving.llama_binary import LlamaBinary
+from serving.llama_server import LlamaServer
+
+# llama-server kinds whose drafter keeps state across requests (ngram-mod's shared hash pool): a repeat
+# starts from a fresh server, as the built-in engine's repeats start from an empty suffix index.
+_CROSS_REQUEST_STATE = ("ngram-mod", "ngram-cache")
+
+
+class Backend(Protocol):
+    """One side's decoder: agent models for tasks, warm-up, drafter reset, clean shutdown."""
+
+    config: EngineConfig
+    lossy: bool
+
+    def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
+        """The model the agent talks to for one task (sampling seeded with `seed`)."""
+        ...
+
+    def warm_up(self, prompt: list[int]) -> None:
+        """One short untimed generation (first-call allocations), leaving no drafter state behind."""
+        ...
+
+    def reset(self) -> None:
+        """Forget what the drafter learned across tasks (a repeat starts from the same state)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend started (a server process)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What decodes this side, for the summary (backend name; a server's binary, weights and argv)."""
+        ...
+
+
+class EngineBackend:
+    """spectune's own engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.lossy = engine.lossy
+
+    def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
+        """An EngineModel: one engine session per task."""
+        return EngineModel(self.engine, tokenizer, name, seed=seed)
+
+    def warm_up(self, prompt: list[int]) -> None:
+        """Generate 16 tokens, then forget them (the suffix drafter must learn nothing from the warm-up)."""
+        self.engine.generate(prompt, 16)
+        self.engine.reset_drafter_state()
+
+    def reset(self) -> None:
+        """Empty engine-wide drafter state (suffix index)."""
+        self.engine.reset_drafter_state()
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+    def describe(self) -> dict[str, Any]:
+        """The backend's name (the numeric path is in the run's provenance)."""
+        return {"backend": "builtin"}
+
+
+@dataclass
+class ServerSettings:
+    """Where the llama-server backend finds its binary and weights, and how it runs them."""
+
+    binary: LlamaBinary  # the located llama-server (serving.llama_binary.find_llama_server)
+    target_gguf: Path  # the target's weights as GGUF (serving.gguf)
+    draft_gguf: Path | None  # the draft's, for drafter=draft_model
+    context: int  # -c: tokens of context the server allocates
+    threads: int | None = None  # -t; None: llama.cpp's default
+    log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
+    start_timeout_s: float = 120.0  # how long a server may take to answer /health
+
+
+class ServerBackend:
+    """A llama-server started with the configuration's exported flags."""
+
+    def __init__(self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int]) -> None:
+        from tuner.export.llama_server import argv, not_runnable, speculation
+
+        reason = not_runnable(config)
+        if reason:
+            raise ValueError(f"llama-server cannot run this configuration: {reason}")
+        if config.drafter == "draft_model" and settings.draft_gguf is None:
+            raise ValueError("drafter 'draft_model' needs a draft model (model.draft) on the llama-server backend too")
+        self.config = config
+        self.settings = settings
+        self.stop_tokens = stop_tokens
+        self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
+        flags, _ = speculation(config, str(settings.draft_gguf) if settings.draft_gguf else None)
+        self.args = [*argv(flags), "-np", "1"]
+        self.server: LlamaServer | None = None
+        self._starts = 0
+
+    @property
+    def spec_type(self) -> str:
+        """The --spec-type the server runs."""
+        return self.args[self.args.index("--spec-type") + 1]
+
+    def _server(self) -> LlamaServer:
+        if self.server is None:
+            self._starts += 1
+            log_dir = self.settings.log_dir or Path(os.environ.get("TMPDIR", "/tmp"))
+            log = log_dir / f"llama-server-{self.config.drafter}-{os.getpid()}-{id(self):x}-{self._starts}.log"
+            self.server = LlamaServer(
+                self.settings.binary,
+                self.settings.target_gguf,
+                self.args,
+                context=self.settings.context,
+                threads=self.settings.threads,
+                log_path=log,
+                start_timeout=self.settings.start_timeout_s,
+                trace=True,
+            ).start()
+        return self.server
+
+    def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
+        """A ServerModel on this backend's server (started now if it is not running)."""
+        c = self.config
+        return ServerModel(
+            self._server(),
+            tokenizer,
+            name,
+            drafter=c.drafter,
+            context_limit=self.settings.context,
+            stop_tokens=self.stop_tokens,
+            temperature=c.temperature,
+            top_k=c.top_k,
+            top_p=c.top_p,
+            seed=seed,
+        )
+
+    def warm_up(self, prompt: list[int]) -> None:
+        """Start the server and generate 16 tokens; a drafter with cross-request state gets a fresh server."""
+        model = self.agent_model(None, "warm-up", 0)
+        model.server.post("/completion", {**model.body(prompt, 16), "return_tokens": False})
+        self.reset()
+
+    def reset(self) -> None:
+        """Restart the server when its drafter keeps state across requests (ngram-mod); else nothing to forget."""
+        if self.server is not None and self.spec_type in _CROSS_REQUEST_STATE:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the server (a later use starts a fresh one)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def describe(self) -> dict[str, Any]:
+        """The binary, the GGUF files and the flags this side's server runs with."""
+        s = self.settings
+        return {
+            "backend": "llama-server",
+            "binary": s.binary.describe(),
+            "target_gguf": str(s.target_gguf),
+            "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
+            "context": s.context,
+            "threads": s.threads,
+            "args": list(self.args),
+        }
+
+
+def context_of(models_target: Any, requested: int | None) -> int:
+    """The server's -c: `requested`, else the target's own position limit (4096 when it has none)."""
+    if requested:
+        return int(requested)
+    return position_limit(models_target.model) or 4096
+
+
+def make_backend(
+    config: EngineConfig,
+    models: Any,
+    server: ServerSettings | None = None,
+) -> Backend:
+    """The backend `config.backend` names, on the loaded `models` (runners.models.Models).
+
+    ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
+    """
+    if config.backend == "builtin":
+        return EngineBackend(Engine(models.target, config, draft=models.draft, mtp=models.mtp))
+    if config.backend == "llama-server":
+        if server is None:
+            raise ValueError("engine.backend=llama-server needs the server settings (runners.server_setup)")
+        return ServerBackend(config, server, frozenset(models.target.eos_token_ids))
+    raise ValueError(f"engine.backend={config.backend!r} is not allowed; choose one of: {', '.join(BACKENDS)}")

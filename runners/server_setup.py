@@ -1,0 +1,49 @@
+"""The llama-server settings of a run from its config: the binary found, the weights as GGUF (converted once).
+
+Only `engine.backend=llama-server` needs them; the built-in engine gets None. Problems here are input
+problems (no binary, no converter, a GGUF path that is not there) and come back as one ValueError line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runners.backends import ServerSettings, context_of
+from runners.models import Models
+from serving.gguf import cached_gguf
+from serving.llama_binary import LlamaServerMissing, find_llama_server
+
+
+def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Path | None:
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ValueError(f"server.{role}_gguf={explicit}: no such file")
+        return path
+    if folder is None:
+        return None
+    try:
+        return cached_gguf(folder, kind)
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise ValueError(f"cannot convert model.{role} to GGUF: {exc}") from None
+
+
+def server_settings(cfg: Any, models: Models, log_dir: Path | None = None, *, draft: bool = True) -> ServerSettings:
+    """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders)."""
+    server = cfg.server
+    try:
+        binary = find_llama_server(server.binary)
+    except LlamaServerMissing as exc:
+        raise ValueError(f"engine.backend=llama-server: {exc}") from None
+    if not binary.pinned:
+        print(f"warning: {binary.describe()}; spectune's flags target the pinned release")
+    return ServerSettings(
+        binary=binary,
+        target_gguf=_gguf(server.target_gguf, models.target_path, server.gguf_type, "target"),  # type: ignore[arg-type]
+        draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
+        context=context_of(models.target, server.context),
+        threads=server.threads or cfg.run.threads,
+        log_dir=log_dir,
+        start_timeout_s=server.start_timeout_s,
+    )

@@ -1,0 +1,54 @@
+"""The real llama-server and the bundled models as GGUF, shared by the serving tests.
+
+Needs the pinned binary and converter (`python -m serving.llama_install`): tests that use them skip with
+the reason without them, and fail instead when SPECTUNE_REQUIRE_LLAMA=1 says they must be there
+(.ci/run builds them once per machine and sets it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from serving.gguf import converter_dir, export_gguf
+from serving.llama_binary import LlamaServerMissing, find_llama_server
+
+MODELS = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny"
+REQUIRED = os.environ.get("SPECTUNE_REQUIRE_LLAMA", "") == "1"
+
+
+@pytest.fixture(scope="session")
+def binary():
+    """The pinned llama-server (skip, or fail under SPECTUNE_REQUIRE_LLAMA=1, without one)."""
+    try:
+        found = find_llama_server()
+        converter_dir()
+    except (LlamaServerMissing, FileNotFoundError) as exc:
+        if REQUIRED:
+            raise
+        pytest.skip(f"no llama-server here: {exc}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def ggufs(binary, tmp_path_factory):
+    """The bundled target and draft as f32 GGUF files (converted once per test session)."""
+    root = tmp_path_factory.mktemp("gguf")
+    return {name: export_gguf(MODELS / name, root / f"{name}.gguf", "f32") for name in ("target", "draft")}
+
+
+def server_pids(marker: str) -> list[int]:
+    """Processes whose command line mentions `marker` (a test's own GGUF path): what a test started."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (proc / "stat").read_text().split()[2]
+            except OSError:
+                continue
+            if marker in cmdline and "llama-server" in cmdline and state != "Z":
+                pids.append(int(proc.name))
+    return pids

@@ -1,0 +1,124 @@
+"""engine.backend=llama-server: the runner drives a real llama-server through the same agent loop and summaries.
+
+Two real swe-lite tasks on the bundled models (converted to GGUF once per session), OFF against ngram:
+the summary has the built-in engine's statistics names and identities, prefix reuse is counted from the
+server's own prompt figures (a task's first turn recomputes, later turns reuse), greedy streams agree ON vs
+OFF, the exported flags are what the server ran, and no server outlives the run. Without a binary these
+tests skip (fail under SPECTUNE_REQUIRE_LLAMA=1); the config checks at the end need none.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from engine.stats import GenerationStats
+from runners.config import register_configs
+from runners.run import execute
+from runners.summary import SIDE_KEYS
+from tests.serving.conftest import server_pids
+from tests.serving.test_stats import assert_identities
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+register_configs()
+
+
+def _cfg(tmp: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return compose(
+            "config",
+            overrides=[
+                "task.split=test",
+                "task.limit=2",
+                "engine.backend=llama-server",
+                "server.threads=1",
+                f"run.root={tmp}",
+                "run.progress=false",
+                "tracking=none",
+                *overrides,
+            ],
+        )
+
+
+@pytest.fixture(scope="module")
+def server_run(ggufs, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("server-run")
+    cfg = _cfg(
+        tmp, "engine=ngram", "engine.gamma=6", "+engine.options.min_match=2", f"server.target_gguf={ggufs['target']}",
+        "run.name=ngram",
+    )
+    return tmp / "ngram", execute(cfg), ggufs
+
+
+def test_summary_has_the_engines_names_and_real_successes(server_run):
+    _, summary, _ = server_run
+    for side in ("baseline", "candidate"):
+        s = summary[side]
+        assert set(SIDE_KEYS) <= s.keys() and s["unsupported"] is None
+        assert s["tasks"] == 2 and s["successes"] == 2, s["statuses"]  # the bundled model solves these
+        assert s["reused_tokens"] + s["prefilled_tokens"] == s["prompt_tokens"] > 0
+        assert s["reused_tokens"] > 0 and s["peak_memory_bytes"] > 0 and s["decode_tokens_per_s"] > 0
+    candidate = summary["candidate"]
+    assert candidate["acceptance_rate"] > 0 and candidate["mean_accepted_length"] > 1
+    drafted, accepted = candidate["per_position"]["drafted"], candidate["per_position"]["accepted"]
+    assert drafted[0] >= drafted[-1] > 0 and all(a <= d for a, d in zip(accepted, drafted, strict=True))
+    assert summary["baseline"]["acceptance_rate"] == 0.0
+
+
+def test_every_turn_keeps_the_identities_and_reuses_the_prefix_from_its_second_turn(server_run):
+    out, _, _ = server_run
+    turns = 0
+    for path in sorted((out / "trajectories").rglob("*.json")):
+        steps = [s for s in json.loads(path.read_text())["steps"] if s.get("stats")]
+        assert len(steps) >= 2, path
+        for i, step in enumerate(steps):
+            stats = GenerationStats.from_dict(step["stats"])
+            assert_identities(stats)
+            assert stats.prompt_tokens == step["prompt_tokens"]
+            if i == 0:
+                assert stats.reused_tokens == 0, "a task's first turn must start from an empty cache"
+            else:  # the whole previous turn is reused; its last token only when the server had decoded it
+                before = steps[i - 1]["prompt_tokens"] + steps[i - 1]["reply_tokens"]
+                assert before - 1 <= stats.reused_tokens <= before, (i, stats.reused_tokens, before)
+            turns += 1
+    assert turns >= 8
+
+
+def test_greedy_streams_agree_and_the_server_ran_the_exported_flags(server_run):
+    out, summary, ggufs = server_run
+    assert summary["greedy"] and summary["diverged_tasks"] == [] and summary["regressions"] == []
+    from engine.engine import EngineConfig
+    from tuner.export.llama_server import argv, speculation
+
+    backend = summary["backend"]
+    candidate = EngineConfig(drafter="ngram", gamma=6, options={"min_match": 2})
+    assert backend["candidate"]["args"] == [*argv(speculation(candidate, None)[0]), "-np", "1"]
+    assert backend["candidate"]["args"][:2] == ["--spec-type", "ngram-simple"]
+    assert backend["baseline"]["args"][:2] == ["--spec-type", "none"]
+    assert backend["baseline"]["target_gguf"] == str(ggufs["target"])
+    assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the run"
+
+
+def test_a_configuration_the_server_cannot_run_is_unsupported_and_the_baseline_still_runs(ggufs, tmp_path):
+    cfg = _cfg(tmp_path, "engine=layer_skip", f"server.target_gguf={ggufs['target']}", "task.limit=1", "run.name=ls")
+    summary = execute(cfg)
+    assert "llama-server cannot run this configuration" in summary["candidate"]["unsupported"]
+    assert "early-exit" in summary["candidate"]["unsupported"]
+    assert summary["baseline"]["tasks"] == 1 and "candidate" not in summary["backend"]
+
+
+def test_a_wrong_backend_names_the_allowed_ones(tmp_path):
+    from runners.config import check_config
+
+    with pytest.raises(ValueError, match="engine.backend='vllm'.*builtin, llama-server"):
+        check_config(_cfg(tmp_path, "engine.backend=vllm"))
+
+
+def test_a_missing_binary_is_one_input_error_before_any_task(tmp_path):
+    cfg = _cfg(tmp_path, "server.binary=/no/such/llama-server", "run.name=missing")
+    with pytest.raises(ValueError, match=r"engine.backend=llama-server: server.binary=/no/such/llama-server"):
+        execute(cfg)
+    assert not (tmp_path / "missing" / "repeats.jsonl").exists()
