@@ -1,0 +1,66 @@
+"""Every `llama-server.args` the exporter can write is accepted by the real, pinned llama-server.
+
+For each exported configuration (the exporter tests' cases plus the drafters exported with speculation
+off): write the files, start llama-server with exactly the file's flags on the bundled GGUFs, serve one
+request, and check that speculation is really active (drafted tokens > 0) where the file turns it on and
+absent where it says `--spec-type none`. Needs the binary (tests/serving/conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.engine import EngineConfig
+from serving.llama_server import LlamaServer
+from tests.serving.test_llama_server import MODELS
+from tests.tuner.test_export import CASES, make_record
+from tuner.export import llama_server, write_exports
+
+EXPORTED = {
+    **CASES,
+    "mtp": EngineConfig(drafter="mtp", gamma=2),
+    "layer_skip": EngineConfig(drafter="layer_skip", gamma=2),
+    "mtp+ngram": EngineConfig(drafter="mtp+ngram", gamma=4, options={"ngram.min_match": 2}),
+}
+
+
+def file_args(path) -> list[str]:
+    """The flags of an exported args file as command-line words (comment lines dropped)."""
+    words: list[str] = []
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            words += line.split(" ", 1)
+    return words
+
+
+@pytest.fixture(scope="module")
+def repetitive_prompt():
+    """A prompt that repeats itself, so every lookup kind has something to find."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(MODELS / "target")
+    text = "def total(items):\n    result = 0\n    for item in items:\n        result += item.price\n    return result\n"
+    return tokenizer.encode(text * 4)
+
+
+@pytest.mark.parametrize("case", sorted(EXPORTED))
+def test_the_exported_flags_start_llama_server_with_speculation_as_written(
+    case, binary, ggufs, repetitive_prompt, tmp_path
+):
+    engine = EXPORTED[case]
+    record = make_record(engine, target=str(ggufs["target"]), draft=str(ggufs["draft"]))
+    write_exports(tmp_path / "best", record)
+    args = file_args(tmp_path / "best" / llama_server.FILE)
+    assert args[args.index("-m") + 1] == str(ggufs["target"]) and not any(a.startswith("<") for a in args), args
+    spec_type = args[args.index("--spec-type") + 1]
+    # The file's own flags, last on the command line, so they are what the server runs (its -m and -c included).
+    with LlamaServer(binary, ggufs["target"], args, log_path=tmp_path / "server.log") as server:
+        reply = server.post("/completion", {"prompt": repetitive_prompt, "n_predict": 48, "return_tokens": True})
+        metrics = server.metrics()
+    assert len(reply["tokens"]) > 0
+    drafted = reply["timings"].get("draft_n", 0)
+    if spec_type == "none":
+        assert drafted == 0 and engine.drafter in ("none", "mtp", "layer_skip"), (case, args)
+    else:
+        assert drafted > 0, f"{case}: llama-server ran {' '.join(args)} but drafted nothing"
+        assert metrics["llamacpp:spec_decode_num_draft_tokens_total"] == drafted
