@@ -4,6 +4,10 @@
 prompt lookup, assisted generation) on the same weights and prompts, CPU. Prints a rich table, or one JSON
 object with --json (progress goes to stderr, so stdout holds nothing but the JSON).
 
+`crossengine`: the same agent conversations through spectune's engine and a real llama-server (identical
+streams, acceptance side by side, tokens/s of both, the server's speed predicted from spectune's acceptance
+and a server cost profile beside what it measured); runners/bench_crossengine.py.
+
 `tuner`: the tuner's search quality, apart from measurement noise. An exhaustive grid over a small space
 (23 ngram/suffix points by default) is measured once with the tuner's real objective (one OFF baseline,
 every point a real trial on the search tasks, pruner none) and saved (--grid-file; --reuse-grid reads it
@@ -90,7 +94,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
     _tuner_parser(sub)
+    _crossengine_parser(sub)
     return parser
+
+
+def _crossengine_parser(sub: Any) -> None:
+    cross = sub.add_parser(
+        "crossengine",
+        help="the same agent conversations through spectune's engine and llama-server: streams, acceptance, tok/s",
+        description="Record N agent conversations (spectune, OFF), replay every turn through spectune's engine and "
+        "a real llama-server per method, greedy on the same f32 weights: identical streams, acceptance side by side, "
+        "decode tokens/s of both, and the server's ON/OFF predicted from spectune's acceptance and a server cost "
+        "profile beside what it measured.",
+    )
+    cross.add_argument("--model-dir", default="models/spectune-tiny", help="folder with target/ (and draft/)")
+    cross.add_argument("--split", default="test", help="swe-lite split (default test)")
+    cross.add_argument("--limit", type=_positive, default=20, help="conversations, a spread subset (default 20)")
+    cross.add_argument(
+        "--methods", default="ngram,suffix,draft_model", help="comma list of ngram, suffix, draft_model (none always)"
+    )
+    cross.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
+    cross.add_argument("--threads", type=_positive, default=1, help="CPU threads of both engines (default 1)")
+    cross.add_argument("--repeats", type=_positive, default=3, help="timed replays per method (default 3)")
+    cross.add_argument("--binary", default=None, help="llama-server executable (default: the pinned build's)")
+    cross.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
 
 
 def _tuner_parser(sub: Any) -> None:
@@ -144,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return _engine(parser, args)
     if args.benchmark == "tuner":
         return _tuner(parser, args)
+    if args.benchmark == "crossengine":
+        return _crossengine(args)
     parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
     return 2
 
@@ -236,6 +265,37 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the grid's trials started (loading): nothing was written
         print("interrupted: no grid file was written", file=sys.stderr)
         return 130
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
+def _crossengine(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from runners.bench_crossengine import render, run_crossengine_bench
+    from serving.llama_binary import LlamaServerMissing
+    from serving.llama_server import LlamaServerError
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        report = run_crossengine_bench(
+            model_dir=args.model_dir,
+            split=args.split,
+            limit=args.limit,
+            methods=tuple(m for m in args.methods.split(",") if m),
+            gamma=args.gamma,
+            threads=args.threads,
+            repeats=args.repeats,
+            binary=args.binary,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except (ValueError, FileNotFoundError, LlamaServerMissing, LlamaServerError, RuntimeError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(report, indent=2))
     else:

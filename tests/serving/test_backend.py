@@ -47,7 +47,11 @@ def _cfg(tmp: Path, *overrides: str):
 def server_run(ggufs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("server-run")
     cfg = _cfg(
-        tmp, "engine=ngram", "engine.gamma=6", "+engine.options.min_match=2", f"server.target_gguf={ggufs['target']}",
+        tmp,
+        "engine=ngram",
+        "engine.gamma=6",
+        "+engine.options.min_match=2",
+        f"server.target_gguf={ggufs['target']}",
         "run.name=ngram",
     )
     return tmp / "ngram", execute(cfg), ggufs
@@ -88,7 +92,7 @@ def test_every_turn_keeps_the_identities_and_reuses_the_prefix_from_its_second_t
 
 
 def test_greedy_streams_agree_and_the_server_ran_the_exported_flags(server_run):
-    out, summary, ggufs = server_run
+    _, summary, ggufs = server_run
     assert summary["greedy"] and summary["diverged_tasks"] == [] and summary["regressions"] == []
     from engine.engine import EngineConfig
     from tuner.export.llama_server import argv, speculation
@@ -113,7 +117,7 @@ def test_a_configuration_the_server_cannot_run_is_unsupported_and_the_baseline_s
 def test_a_wrong_backend_names_the_allowed_ones(tmp_path):
     from runners.config import check_config
 
-    with pytest.raises(ValueError, match="engine.backend='vllm'.*builtin, llama-server"):
+    with pytest.raises(ValueError, match=r"engine\.backend='vllm'.*builtin, llama-server"):
         check_config(_cfg(tmp_path, "engine.backend=vllm"))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from engine.engine import EngineConfig
+from runners.bench_crossengine import PROFILE_PROMPT
 from serving.llama_server import LlamaServer
 from tests.serving.test_llama_server import MODELS
 from tests.tuner.test_export import CASES, make_record
@@ -39,8 +40,7 @@ def repetitive_prompt():
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(MODELS / "target")
-    text = "def total(items):\n    result = 0\n    for item in items:\n        result += item.price\n    return result\n"
-    return tokenizer.encode(text * 4)
+    return tokenizer.encode(PROFILE_PROMPT * 4)
 
 
 @pytest.mark.parametrize("case", sorted(EXPORTED))

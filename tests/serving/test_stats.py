@@ -92,6 +92,11 @@ def test_sources_that_disagree_are_an_error_not_a_silent_number(steps, after_dra
 def test_a_per_position_counter_that_disagrees_with_the_log_is_an_error():
     with pytest.raises(ValueError, match="per-position"):
         request_stats(
-            [1], reply(4, draft_n=2, draft_n_accepted=1), metrics(0, []), metrics(1, [0, 1]), [Step(1, 2)], 0.01,
+            [1],
+            reply(4, draft_n=2, draft_n_accepted=1),
+            metrics(0, []),
+            metrics(1, [0, 1]),
+            [Step(1, 2)],
+            0.01,
             drafter="ngram",
         )
