@@ -96,6 +96,7 @@ class ServerSettings:
     threads: int | None = None  # -t; None: llama.cpp's default
     log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
     start_timeout_s: float = 120.0  # how long a server may take to answer /health
+    mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
 
 
 class ServerBackend:
@@ -109,6 +110,8 @@ class ServerBackend:
             raise ValueError(f"llama-server cannot run this configuration: {reason}")
         if config.drafter == "draft_model" and settings.draft_gguf is None:
             raise ValueError("drafter 'draft_model' needs a draft model (model.draft) on the llama-server backend too")
+        if config.drafter == "mtp" and settings.mtp_gguf is None:
+            raise ValueError("drafter 'mtp' needs MTP weights (model.mtp) on the llama-server backend too")
         self.config = config
         self.settings = settings
         self.stop_tokens = stop_tokens
@@ -117,6 +120,13 @@ class ServerBackend:
         self.args = [*argv(flags), "-np", "1"]
         self.server: LlamaServer | None = None
         self._starts = 0
+
+    @property
+    def model_file(self) -> Path:
+        """The GGUF the server loads: the target's, or for mtp the mimo2 one that holds the module too."""
+        if self.config.drafter == "mtp":
+            return self.settings.mtp_gguf  # type: ignore[return-value]  # checked in __init__
+        return self.settings.target_gguf
 
     @property
     def spec_type(self) -> str:
@@ -130,7 +140,7 @@ class ServerBackend:
             log = log_dir / f"llama-server-{self.config.drafter}-{os.getpid()}-{id(self):x}-{self._starts}.log"
             self.server = LlamaServer(
                 self.settings.binary,
-                self.settings.target_gguf,
+                self.model_file,
                 self.args,
                 context=self.settings.context,
                 threads=self.settings.threads,
@@ -179,7 +189,7 @@ class ServerBackend:
         return {
             "backend": "llama-server",
             "binary": s.binary.describe(),
-            "target_gguf": str(s.target_gguf),
+            "target_gguf": str(self.model_file),
             "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
             "context": s.context,
             "threads": s.threads,

@@ -111,7 +111,9 @@ def _crossengine_parser(sub: Any) -> None:
     cross.add_argument("--split", default="test", help="swe-lite split (default test)")
     cross.add_argument("--limit", type=_positive, default=20, help="conversations, a spread subset (default 20)")
     cross.add_argument(
-        "--methods", default="ngram,suffix,draft_model", help="comma list of ngram, suffix, draft_model (none always)"
+        "--methods",
+        default="ngram,suffix,draft_model,mtp",
+        help="comma list of ngram, suffix, draft_model, mtp (none always runs)",
     )
     cross.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
     cross.add_argument("--threads", type=_positive, default=1, help="CPU threads of both engines (default 1)")

@@ -36,6 +36,7 @@ from runners.models import Models, load_models, resolve_model_path
 from serving.gguf import cached_gguf
 from serving.llama_binary import find_llama_server
 from serving.llama_server import LlamaServer
+from serving.mtp_gguf import cached_mtp_gguf
 from tasks.environment import make_environment
 from tasks.sandbox.owner import owned_tempdir
 from tasks.suites import load_suite
@@ -48,6 +49,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "ngram": {"drafter": "ngram", "options": {"min_match": 2, "max_match": 2}},
     "suffix": {"drafter": "suffix", "options": {"scope": "session"}},
     "draft_model": {"drafter": "draft_model"},
+    "mtp": {"drafter": "mtp"},  # on the server: the module inside a mimo2 GGUF (serving/mtp_gguf.py)
 }
 # A short function repeated: every lookup kind finds something (the cost profile; the export checks on the server)
 PROFILE_PROMPT = (
@@ -129,15 +131,17 @@ def decode_rate(stats: GenerationStats) -> float | None:
 
 
 def server_profile(
-    settings: ServerSettings, prompt: list[int], gamma: int, draft: bool, repeats: int = 3
+    settings: ServerSettings, prompt: list[int], gamma: int, draft: bool, repeats: int = 3, mtp: bool = False
 ) -> dict[str, Any]:
-    """The server's cost profile: plain step t_1, R_k for verify sizes k = 2..gamma+1, the draft's own step.
+    """The server's cost profile: plain step t_1, R_k for verify sizes k = 2..gamma+1, the drafters' own costs.
 
     R_k comes from short greedy requests per k with ngram-simple (size-n 1, size-m k-1) on a repetitive
     prompt, where most steps draft: a step costs d·t_k + (1 - d)·t_1 with d the share of steps that drafted,
     so t_k = (t_step - (1 - d)·t_1) / d at the measured mean verify size. Lookup drafting is ~free, so this is
-    the verify cost alone; the draft model's step is t_1 of a server running the draft GGUF as its model.
-    Each figure is the median of `repeats` requests of 128 tokens after an untimed one.
+    the verify cost alone; the draft model's step is t_1 of a server running the draft GGUF as its model. MTP's
+    drafting per drafting step, C_mtp (in t_1), is what a draft-mtp request's steps cost beyond their verify:
+    (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1). Each figure is the median of `repeats` requests of 128 tokens
+    after an untimed one.
     """
     base = ["-np", "1", "--temp", "0", "--min-p", "0"]
     body = {"prompt": prompt, "n_predict": 128, "ignore_eos": True, "return_tokens": True, "cache_prompt": False}
@@ -177,6 +181,21 @@ def server_profile(
                 }
             )
     out: dict[str, Any] = {"t1_s": t1, "points": points}
+    if mtp and settings.mtp_gguf is not None:
+        costs = []
+        for reply in replies(settings.mtp_gguf, ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(gamma)]):
+            t = reply["timings"]
+            tokens, accepted, drafted = len(reply["tokens"]), t.get("draft_n_accepted", 0), t.get("draft_n", 0)
+            drafts = max(round(drafted / gamma), 1) if drafted else 0  # p-min 0: every draft is n-max long
+            steps = max(tokens - accepted, 1)
+            d = min(drafts / steps, 1.0)
+            r_k = r_at(points, 1 + drafted / drafts) if drafts else None
+            if d > 0 and r_k is not None:
+                t_step = t["predicted_ms"] / 1000.0 / steps
+                costs.append((t_step - (1 - d) * t1 - d * r_k * t1) / (d * t1))
+        if costs:
+            out["mtp_draft_per_step"] = statistics.median(costs)
+            out["mtp_draft_per_step_per_repeat"] = costs
     if draft and settings.draft_gguf is not None:
         out["draft_t1_s"] = statistics.median(
             per_token(r) for r in replies(settings.draft_gguf, ["--spec-type", "none"])
@@ -212,6 +231,8 @@ def predict(stats: GenerationStats, profile: dict[str, Any], drafter: str) -> di
     c = 0.0  # lookups: a hash or scan on the CPU, already inside the profile's step times
     if drafter == "draft_model" and "draft_t1_s" in profile:
         c = d * length * profile["draft_t1_s"] / profile["t1_s"]  # `length` one-token draft steps per drafting step
+    if drafter == "mtp" and "mtp_draft_per_step" in profile:
+        c = d * profile["mtp_draft_per_step"]
     return {"E": e, "R": r, "C": c, "predicted": bound(e, r, c)}
 
 
@@ -220,7 +241,7 @@ def run_crossengine_bench(
     model_dir: str = MODEL_DIR,
     split: str = "test",
     limit: int = 20,
-    methods: tuple[str, ...] = ("ngram", "suffix", "draft_model"),
+    methods: tuple[str, ...] = ("ngram", "suffix", "draft_model", "mtp"),
     gamma: int = 4,
     threads: int = 1,
     repeats: int = 3,
@@ -230,7 +251,7 @@ def run_crossengine_bench(
 ) -> dict[str, Any]:
     """Record, replay on both engines, profile the server, report (module docstring).
 
-    `ggufs`: {"target": file, "draft": file} to use instead of converting the model folders (cached).
+    `ggufs`: {"target": file, "draft": file, "mtp": mimo2 file} to use instead of converting the folders (cached).
     """
     import torch
 
@@ -239,12 +260,18 @@ def run_crossengine_bench(
         raise ValueError(f"unknown method(s) {unknown}; allowed: {sorted(METHODS)}")
     torch.set_num_threads(threads)
     root = Path(resolve_model_path(model_dir))
-    wants_draft = "draft_model" in methods
-    models = load_models(str(root / "target"), str(root / "draft") if wants_draft else None, dtype="float32")
+    wants_draft, wants_mtp = "draft_model" in methods, "mtp" in methods
+    models = load_models(
+        str(root / "target"),
+        str(root / "draft") if wants_draft else None,
+        dtype="float32",
+        mtp=str(root / "mtp") if wants_mtp else None,
+    )
     settings = ServerSettings(
         binary=find_llama_server(binary),
         target_gguf=(ggufs or {}).get("target") or cached_gguf(root / "target", "f32"),
         draft_gguf=((ggufs or {}).get("draft") or cached_gguf(root / "draft", "f32")) if wants_draft else None,
+        mtp_gguf=((ggufs or {}).get("mtp") or cached_mtp_gguf(root / "target", root / "mtp")) if wants_mtp else None,
         context=context_of(models.target, None),
         threads=threads,
     )
@@ -255,7 +282,9 @@ def run_crossengine_bench(
     tokenizer = models.target.tokenizer
     order = ["none", *[m for m in methods if m != "none"]]
     configs = {m: EngineConfig(gamma=gamma, **METHODS[m]) for m in order}
-    builtin = {m: EngineBackend(Engine(models.target, c, draft=models.draft)) for m, c in configs.items()}
+    builtin = {
+        m: EngineBackend(Engine(models.target, c, draft=models.draft, mtp=models.mtp)) for m, c in configs.items()
+    }
     server = {m: ServerBackend(c, settings, stop) for m, c in configs.items()}
     results: dict[str, dict[str, Any]] = {
         m: {
@@ -286,7 +315,7 @@ def run_crossengine_bench(
                     f"repeat {repeat + 1}/{repeats} {m}: "
                     + ", ".join(f"{e} {results[m][e]['rates'][-1]:.0f} tok/s" for e in backends)
                 )
-        profile = server_profile(settings, tokenizer.encode(PROFILE_PROMPT * 4), gamma, wants_draft)
+        profile = server_profile(settings, tokenizer.encode(PROFILE_PROMPT * 4), gamma, wants_draft, mtp=wants_mtp)
     finally:
         for b in server.values():
             b.close()

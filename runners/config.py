@@ -90,6 +90,7 @@ class ServerConf:
     gguf_type: str = "f32"  # f32 | f16 | bf16 | q8_0: how model.target / model.draft are converted (f32: exact)
     target_gguf: str | None = None  # a GGUF of the target to use as is (null: convert model.target, cached)
     draft_gguf: str | None = None  # a GGUF of the draft to use as is (null: convert model.draft, cached)
+    mtp_gguf: str | None = None  # target + MTP module as one mimo2 GGUF to use as is (null: serving.mtp_gguf, cached)
     context: int | None = None  # -c in tokens; null: the target's own context length
     threads: int | None = None  # -t; null: run.threads, else llama.cpp's default
     start_timeout_s: float = 120.0  # seconds a server may take to load and answer /health

@@ -93,8 +93,9 @@ def prepare(
     out_dir = Path(cfg.run.root) / cfg.run.name
     server = None
     if (candidate or plain or EngineConfig()).backend == "llama-server":
-        wants_draft = candidate is not None and drafter_needs(candidate.drafter).draft_model
-        server = server_settings(cfg, models, out_dir / "server-logs", draft=wants_draft)
+        needs = drafter_needs(candidate.drafter) if candidate is not None else None
+        wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
+        server = server_settings(cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp)
     comparison = Comparison(
         models,
         candidate,

@@ -13,6 +13,7 @@ from runners.backends import ServerSettings, context_of
 from runners.models import Models
 from serving.gguf import cached_gguf
 from serving.llama_binary import LlamaServerMissing, find_llama_server
+from serving.mtp_gguf import cached_mtp_gguf
 
 
 def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Path | None:
@@ -29,7 +30,20 @@ def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Pat
         raise ValueError(f"cannot convert model.{role} to GGUF: {exc}") from None
 
 
-def server_settings(cfg: Any, models: Models, log_dir: Path | None = None, *, draft: bool = True) -> ServerSettings:
+def _mtp_gguf(explicit: str | None, models: Models, kind: str) -> Path | None:
+    if explicit:
+        return _gguf(explicit, None, kind, "mtp")
+    if models.mtp_path is None:
+        return None
+    try:
+        return cached_mtp_gguf(models.target_path, models.mtp_path, kind)
+    except (FileNotFoundError, RuntimeError, ValueError, KeyError) as exc:
+        raise ValueError(f"cannot write model.target + model.mtp as one mimo2 GGUF: {exc}") from None
+
+
+def server_settings(
+    cfg: Any, models: Models, log_dir: Path | None = None, *, draft: bool = True, mtp: bool = False
+) -> ServerSettings:
     """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders)."""
     server = cfg.server
     try:
@@ -42,6 +56,7 @@ def server_settings(cfg: Any, models: Models, log_dir: Path | None = None, *, dr
         binary=binary,
         target_gguf=_gguf(server.target_gguf, models.target_path, server.gguf_type, "target"),  # type: ignore[arg-type]
         draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
+        mtp_gguf=_mtp_gguf(server.mtp_gguf, models, server.gguf_type) if mtp else None,
         context=context_of(models.target, server.context),
         threads=server.threads or cfg.run.threads,
         log_dir=log_dir,

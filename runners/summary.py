@@ -195,6 +195,8 @@ def summarize(
 def cost_ratios(candidate: list[SideRun], baseline: list[SideRun]) -> dict[str, float | None]:
     """R = one verify forward ÷ one plain step (OFF's), C = drafting time ÷ verify time, from the engine's timers.
 
+    On llama-server (no drafting time apart) R is a whole ON step, drafting included, and C is None.
+
     Measured inside the agent's episodes (real contexts, real draft lengths), so they describe this run;
     `python -m runners.bench engine` gives the controlled profile (R_k for each k, t_1).
     """
@@ -206,10 +208,12 @@ def cost_ratios(candidate: list[SideRun], baseline: list[SideRun]) -> dict[str, 
         return stats.time_s.get("verify", 0.0) / steps if steps else None
 
     verify, step = per_step(cand), per_step(base)
+    # llama-server reports generation time as one figure: its drafting is inside "verify", so no C apart
+    timed_apart = cand.time_s.get("draft", 0.0) > 0 or not cand.drafted
     return {
         "verify_over_step": verify / step if verify and step else None,
         "draft_over_verify": cand.time_s.get("draft", 0.0) / cand.time_s["verify"]
-        if cand.time_s.get("verify")
+        if cand.time_s.get("verify") and timed_apart
         else None,
     }
 

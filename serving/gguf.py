@@ -25,10 +25,15 @@ from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
 TYPES = ("f32", "f16", "bf16", "q8_0")
 # Run in a fresh interpreter: import the pinned converter, make an unknown pre-tokenizer fall back to
 # a named one (reported on stderr), then run the converter's own command line unchanged.
+# A mimo2 folder (serving/mtp_gguf.py) holds fewer MTP layers than the 3 the converter assumes for MiMo-V2
+# (conversion/mimo.py: _n_nextn, not read from the config): `nextn` sets the count it writes.
 _RUNNER = """
 import runpy, sys
-convert, pre = sys.argv[1], sys.argv[2]
+convert, pre, nextn = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path[:0] = [convert, convert + "/gguf-py"]
+if nextn:
+    import conversion.mimo
+    conversion.mimo.MimoV2Model._n_nextn = int(nextn)
 import conversion.base as base
 known = base.TextModel.get_vocab_base_pre
 def get_vocab_base_pre(self, tokenizer):
@@ -39,7 +44,7 @@ def get_vocab_base_pre(self, tokenizer):
               file=sys.stderr)
         return pre
 base.TextModel.get_vocab_base_pre = get_vocab_base_pre
-sys.argv = [convert + "/convert_hf_to_gguf.py", *sys.argv[3:]]
+sys.argv = [convert + "/convert_hf_to_gguf.py", *sys.argv[4:]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -53,9 +58,18 @@ def converter_dir(explicit: str | Path | None = None) -> Path:
 
 
 def export_gguf(
-    model: str | Path, out: str | Path, kind: str = "f32", *, pre: str = "default", converter: str | Path | None = None
+    model: str | Path,
+    out: str | Path,
+    kind: str = "f32",
+    *,
+    pre: str = "default",
+    converter: str | Path | None = None,
+    mtp_layers: int | None = None,
 ) -> Path:
-    """Convert `model` to a GGUF file at `out`; returns it. Errors name the model and the converter's message."""
+    """Convert `model` to a GGUF file at `out`; returns it. Errors name the model and the converter's message.
+
+    `mtp_layers`: how many MTP layers a mimo2 folder holds (serving/mtp_gguf.py); None for other models.
+    """
     if kind not in TYPES:
         raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
     model, out = Path(model), Path(out)
@@ -65,7 +79,9 @@ def export_gguf(
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=out.parent, prefix=out.name + ".", suffix=".part", delete=False) as tmp:
         partial = Path(tmp.name)
-    argv = [sys.executable, "-c", _RUNNER, str(folder), pre, str(model), "--outfile", str(partial), "--outtype", kind]
+    nextn = "" if mtp_layers is None else str(mtp_layers)
+    argv = [sys.executable, "-c", _RUNNER, str(folder), pre, nextn, str(model), "--outfile", str(partial)]
+    argv += ["--outtype", kind]
     run = subprocess.run(argv, capture_output=True, text=True)
     if run.returncode != 0:
         partial.unlink(missing_ok=True)

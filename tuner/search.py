@@ -172,7 +172,8 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         torch_device = models.target.device
         server = None
         if base.backend == "llama-server":
-            server = server_settings(cfg, models, study_dir / "server-logs", draft=draft is not None)
+            wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
+            server = server_settings(cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp)
         memory = constraints.memory_facts(cfg, models, draft)
         if torch_device.type != "cuda":
             console.print(
@@ -317,6 +318,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 target=str(server.target_gguf) if server else cfg.model.target,
                 draft=(str(server.draft_gguf) if server and server.draft_gguf else cfg.model.draft)
                 if drafter_needs(engine.drafter).draft_model
+                else None,
+                mtp=(str(server.mtp_gguf) if server and server.mtp_gguf else cfg.model.get("mtp"))
+                if drafter_needs(engine.drafter).mtp
                 else None,
                 hardware=cfg.hardware.name,
                 measured_on=torch_device.type,

@@ -14,6 +14,7 @@ import pytest
 
 from serving.gguf import converter_dir, export_gguf
 from serving.llama_binary import LlamaServerMissing, find_llama_server
+from serving.mtp_gguf import export_mtp_gguf
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny"
 REQUIRED = os.environ.get("SPECTUNE_REQUIRE_LLAMA", "") == "1"
@@ -34,9 +35,11 @@ def binary():
 
 @pytest.fixture(scope="session")
 def ggufs(binary, tmp_path_factory):
-    """The bundled target and draft as f32 GGUF files (converted once per test session)."""
+    """The bundled target and draft as f32 GGUF files, and target + MTP module as one mimo2 GGUF (once per session)."""
     root = tmp_path_factory.mktemp("gguf")
-    return {name: export_gguf(MODELS / name, root / f"{name}.gguf", "f32") for name in ("target", "draft")}
+    files = {name: export_gguf(MODELS / name, root / f"{name}.gguf", "f32") for name in ("target", "draft")}
+    files["mtp"] = export_mtp_gguf(MODELS / "target", MODELS / "mtp", root / "mimo2.gguf", "f32")
+    return files
 
 
 def server_pids(marker: str) -> list[int]:

@@ -18,7 +18,13 @@ from runners.bench_crossengine import predict, r_at, run_crossengine_bench
 @pytest.fixture(scope="module")
 def report(binary, ggufs):
     return run_crossengine_bench(
-        limit=2, methods=("ngram", "draft_model"), repeats=1, threads=1, gamma=3, ggufs=ggufs, progress=lambda _: None
+        limit=2,
+        methods=("ngram", "draft_model", "mtp"),
+        repeats=1,
+        threads=1,
+        gamma=3,
+        ggufs=ggufs,
+        progress=lambda _: None,
     )
 
 
@@ -31,7 +37,7 @@ def test_every_turn_is_the_reference_stream_on_both_engines(report):
 
 
 def test_both_engines_speculate_and_report_the_same_names(report):
-    for method in ("ngram", "draft_model"):
+    for method in ("ngram", "draft_model", "mtp"):
         row = report["methods"][method]
         for engine in ("spectune", "llama-server"):
             r = row[engine]
@@ -39,6 +45,7 @@ def test_both_engines_speculate_and_report_the_same_names(report):
             assert r["reused_tokens"] > 0 and len(r["decode_tokens_per_s"]) == 1
     assert report["methods"]["none"]["llama-server"]["drafted"] == 0
     assert report["methods"]["draft_model"]["server_args"][:2] == ["--spec-type", "draft-simple"]
+    assert report["methods"]["mtp"]["server_args"][:2] == ["--spec-type", "draft-mtp"]
 
 
 def test_the_server_profile_and_the_prediction_are_measured_numbers(report):
@@ -46,10 +53,11 @@ def test_the_server_profile_and_the_prediction_are_measured_numbers(report):
     assert profile["t1_s"] > 0 and profile["draft_t1_s"] > 0
     assert [p["k"] for p in profile["points"]] == [2, 3, 4]
     assert all(p["R"] > 0 for p in profile["points"])
-    for method in ("ngram", "draft_model"):
+    assert profile["mtp_draft_per_step"] > 0
+    for method in ("ngram", "draft_model", "mtp"):
         p = report["methods"][method]["prediction"]
         assert p["E"] > 1 and p["R"] > 0 and math.isfinite(p["predicted"]) and p["predicted"] > 0
-    assert report["methods"]["draft_model"]["prediction"]["C"] > 0
+    assert report["methods"]["draft_model"]["prediction"]["C"] > 0 and report["methods"]["mtp"]["prediction"]["C"] > 0
     assert report["methods"]["ngram"]["prediction"]["C"] == 0
 
 

@@ -313,15 +313,27 @@ def test_pinned_key_file_is_the_recorded_copy():
 def test_drafters_without_a_server_equivalent_say_why_and_export_speculation_off(tmp_path, drafter):
     options = {"layers": 1} if drafter == "layer_skip" else {}
     write_exports(tmp_path, make_record(EngineConfig(drafter=drafter, gamma=3, options=options)))
-    assert flag_dict(tmp_path / llama_server.FILE)["--spec-type"] == "none"
     assert json.loads((tmp_path / vllm.FILE).read_text()) == {}
     assert "--speculative-algorithm" not in flag_dict(tmp_path / sglang.FILE)
     text = (tmp_path / readme.FILE).read_text()
     if drafter == "mtp":  # the specific reason, not a generic line: where each server keeps its MTP layers
-        assert "draft-mtp runs the MTP layers stored in the target's own GGUF" in text
         assert "num_nextn_predict_layers" in text and "NEXTN loads the target's own nextn layer" in text
     else:
+        assert flag_dict(tmp_path / llama_server.FILE)["--spec-type"] == "none"
         assert "no early-exit self-speculation" in text
+
+
+def test_mtp_exports_draft_mtp_on_the_mimo2_gguf_that_holds_the_module(tmp_path):
+    engine = EngineConfig(drafter="mtp", gamma=3, gamma_policy="confidence", confidence=0.3)
+    write_exports(tmp_path / "folder", make_record(engine, mtp="models/spectune-tiny/mtp"))
+    flags = flag_dict(tmp_path / "folder" / llama_server.FILE)
+    assert flags["--spec-type"] == "draft-mtp" and flags["--spec-draft-n-max"] == "3"
+    assert flags["--spec-draft-p-min"] == "0.3"
+    assert flags["-m"] == f"<mimo2-gguf-of:{TARGET}+models/spectune-tiny/mtp>"
+    assert "python -m serving.mtp_gguf" in (tmp_path / "folder" / llama_server.FILE).read_text()
+    write_exports(tmp_path / "gguf", make_record(engine, mtp="/x/mimo2.gguf"))
+    assert flag_dict(tmp_path / "gguf" / llama_server.FILE)["-m"] == "/x/mimo2.gguf"
+    assert "zero hidden state" in (tmp_path / "gguf" / readme.FILE).read_text()
 
 
 def test_a_combination_exports_its_lookup_part_and_says_the_rest_is_left_out(tmp_path):

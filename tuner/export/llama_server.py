@@ -107,10 +107,15 @@ def _row(setting: str, fit: str, reason: str) -> Mapping:
 
 
 def _combined_row(drafter: str, child: str) -> Mapping:
-    """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
+    """A combination exports its lookup child alone, saying why each model child is left out."""
     others = [p for p in drafter.split("+") if p != child]
-    why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
-    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({why})")
+
+    def why(other: str) -> str:
+        if other == "mtp":
+            return "mtp: alone it maps to draft-mtp, but how llama.cpp combines several --spec-type kinds is not mapped"
+        return f"{other}: {no_equivalent(other, TARGET)}"
+
+    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({'; '.join(map(why, others))})")
 
 
 def _none() -> tuple[list[Flag], list[Mapping]]:
@@ -256,6 +261,32 @@ def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], l
     return flags, rows
 
 
+def _mtp(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
+    flags = [("--spec-type", "draft-mtp"), ("--spec-draft-n-max", str(draft_length(engine)))]
+    rows = [
+        _row(
+            "drafter=mtp",
+            APPROXIMATE,
+            "draft-mtp runs the module written into the target's GGUF as its mimo2 MTP layer (python -m "
+            "serving.mtp_gguf): the same block, norms and shared head, chained the same way; llama.cpp's MTP cache "
+            "begins with the first token paired with a zero hidden state, which spectune's module never saw, so a "
+            "few early drafts differ (acceptance, never the output)",
+        ),
+        *gamma_rows(engine, TARGET, "--spec-draft-n-max"),
+    ]
+    if engine.gamma_policy == "confidence":
+        flags.append(("--spec-draft-p-min", str(engine.confidence)))
+        rows.append(
+            _row(
+                f"gamma_policy=confidence (confidence={engine.confidence})",
+                APPROXIMATE,
+                "--spec-draft-p-min stops at the first draft token below the threshold, compared after the draft "
+                "sampler's top 10 (never smaller than spectune's full-softmax probability)",
+            )
+        )
+    return flags, rows
+
+
 def _sampling(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
     flags = [
         ("--temp", str(engine.temperature)),
@@ -300,6 +331,8 @@ def speculation(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], li
         spec_flags, spec_rows = _suffix(engine, options)
     elif engine.drafter == "draft_model":
         spec_flags, spec_rows = _draft_model(engine, draft)
+    elif engine.drafter == "mtp":
+        spec_flags, spec_rows = _mtp(engine)
     elif (child := lookup_child(engine, options)) is not None:
         spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
         spec_rows = [_combined_row(engine.drafter, child[0]), *spec_rows]
@@ -324,7 +357,12 @@ def not_runnable(engine: EngineConfig) -> str | None:
 
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     """The flags (name, value or None) and the Mapping rows for llama-server."""
-    flags: list[Flag] = [("-m", gguf(record.target, "target"))]
+    if record.engine.drafter == "mtp":  # the MTP layer lives inside the target's GGUF
+        mtp = record.mtp or ""
+        model = mtp if mtp.endswith(".gguf") else f"<mimo2-gguf-of:{record.target}+{record.mtp}>"
+    else:
+        model = gguf(record.target, "target")
+    flags: list[Flag] = [("-m", model)]
     rows = [
         _row(
             f"model={record.model_name}",
@@ -352,6 +390,7 @@ def render(flags: list[Flag], rows: list[Mapping]) -> str:
         f"# llama-server flags exported by spectune; target build: {BUILD}",
         "# one flag per line, '#' lines are comments; run: llama-server $(grep -v '^#' llama-server.args)",
         "# <...-gguf-of:PATH> placeholders: llama-server loads GGUF files; convert PATH with convert_hf_to_gguf.py",
+        "# (python -m serving.gguf); <mimo2-gguf-of:TARGET+MTP>: python -m serving.mtp_gguf --target TARGET --mtp MTP",
     ]
     lines += [f"# {r.fit}: {r.setting}: {r.reason}" for r in rows if r.fit != EXACT]
     lines += [name if value is None else f"{name} {value}" for name, value in flags]

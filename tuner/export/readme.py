@@ -107,10 +107,19 @@ def _mappings(rows: list[Mapping]) -> list[str]:
     return lines
 
 
-def _costs(ratios: dict[str, Any] | None) -> list[str]:
+def _costs(ratios: dict[str, Any] | None, backend: str = "builtin") -> list[str]:
     if not ratios:
         return ["spectune recorded no cost ratios for this configuration."]
     r, c = ratios.get("verify_over_step"), ratios.get("draft_over_verify")
+    if backend == "llama-server":
+        return [
+            "Cost ratios measured on llama-server (engine.backend=llama-server) for this configuration:",
+            "",
+            f"- R = one speculative step ÷ one plain step = {_num(r)} (llama-server reports drafting and verifying "
+            "as one time, so drafting is inside R)",
+            "",
+            "These are the costs of the server these flags are for: the speedup above was measured there.",
+        ]
     return [
         "Cost ratios measured in spectune's engine for this configuration:",
         "",
@@ -126,6 +135,8 @@ def render(record: ExportRecord, rows: list[Mapping], folder: Path) -> str:
     """The README text."""
     e = record.engine
     where = "measured on CPU" if record.measured_on == "cpu" else f"measured on {record.measured_on.upper()}"
+    if e.backend == "llama-server":
+        where += " in a real llama-server running exactly the flags of llama-server.args (engine.backend=llama-server)"
     draft = f", draft `{record.draft}`" if record.draft else ""
     options = ", ".join(f"{k}={v}" for k, v in sorted(e.options.items())) or "defaults"
     lines = [
@@ -164,7 +175,7 @@ def render(record: ExportRecord, rows: list[Mapping], folder: Path) -> str:
         "",
         TRANSFERS,
         "",
-        *_costs(record.cost_ratios),
+        *_costs(record.cost_ratios, record.engine.backend),
         "",
         TOKENS,
     ]

@@ -26,6 +26,8 @@ class ExportRecord:
     confirmed: dict[str, Any]  # confirmation numbers (tuner/confirm.py); {} or None values when not confirmed
     cost_ratios: dict[str, Any] | None  # {"verify_over_step": R, "draft_over_verify": C} in spectune's engine
     composed_config: dict[str, Any]  # the full Hydra config (plain dict) that `python -m runners.run` reruns
+    # MTP weights for drafter=mtp: the module folder (model.mtp), or a GGUF holding target + module (serving.mtp_gguf)
+    mtp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,6 @@ def gamma_rows(engine: EngineConfig, target: str, knob: str, offset: int = 0) ->
 # Why a drafter with no serving equivalent is exported with speculation off, per target (the export README shows it).
 NO_EQUIVALENT: dict[str, dict[str, str]] = {
     "mtp": {
-        "llama-server": "--spec-type draft-mtp runs the MTP layers stored in the target's own GGUF (architectures "
-        "converted with them, e.g. mimo2, DeepSeek, GLM); no converter writes a separately trained spectune module "
-        "into a Llama-shaped target's GGUF, so it is exported with speculation off (the module's shape is mimo2's, "
-        "so a target re-expressed as mimo2 with it could run there: not automated)",
         "vLLM": "method 'mtp' reads MTP layers from the target checkpoint itself (num_nextn_predict_layers: "
         "DeepSeek-V3, Qwen3-Next, MiMo); vLLM has no loader for a separately trained module on another target, "
         "so it is exported with speculation off",

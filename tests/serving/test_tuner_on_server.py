@@ -1,0 +1,57 @@
+"""The tuner with engine.backend=llama-server: a small study on real tasks measured on the real server.
+
+Only drafters llama-server runs are offered (the others left out with the reason), trials complete with
+the server's own acceptance and resident memory, and the export names the GGUF files the study measured
+and says it was measured there. Needs the binary (tests/serving/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.serving.conftest import server_pids
+from tests.tuner.conftest import tune_config
+from tuner.search import execute
+from tuner.space import load_space
+
+
+def test_a_study_on_llama_server_measures_there_and_exports_what_it_measured(binary, ggufs, tmp_path):
+    cfg = tune_config(
+        tmp_path,
+        "engine.backend=llama-server",
+        "space=llama-server",
+        "tuner.trials=2",
+        f"server.target_gguf={ggufs['target']}",
+        f"server.draft_gguf={ggufs['draft']}",
+        drafters={"ngram": {"gamma": [3, 5], "min_match": [1, 2]}},
+    )
+    summary = execute(cfg)
+    root = tmp_path / "runs" / "t"
+    rows = [json.loads(line) for line in (root / "trials.jsonl").read_text().splitlines()]
+    assert [r["state"] for r in rows] == ["COMPLETE"] * 3
+    for row in rows[1:]:
+        attrs = row["user_attrs"]
+        assert attrs["engine"]["backend"] == "llama-server"
+        assert attrs["acceptance_rate"] > 0 and attrs["memory_source"] == "measured"
+        assert attrs["diverged_tasks"] == [] and attrs["regressions"] == []
+        assert attrs["cost_ratios"]["draft_over_verify"] is None  # the server times drafting inside R
+    args = (root / "best" / "llama-server.args").read_text()
+    assert f"-m {ggufs['target']}" in args and "--spec-type ngram-simple" in args
+    assert "in a real llama-server" in (root / "best" / "README.md").read_text()
+    assert summary["best"] is not None
+    assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the study"
+
+
+def test_the_space_leaves_out_what_llama_server_cannot_run():
+    space = load_space(
+        {"name": "x", "drafters": {"ngram": {"gamma": 4}, "mtp": {"gamma": 2}, "layer_skip": {"gamma": 2}}},
+        has_draft=True,
+        has_mtp=True,
+        backend="llama-server",
+    )
+    assert sorted(space.drafters) == ["mtp", "ngram"]  # mtp runs there as draft-mtp (serving/mtp_gguf.py)
+    assert list(space.left_out) == ["layer_skip"] and "early-exit" in space.left_out["layer_skip"]
+    with pytest.raises(ValueError, match="allow_lossy"):
+        load_space({"drafters": {"ngram": {}}, "allow_lossy": True}, has_draft=False, backend="llama-server")
