@@ -67,8 +67,10 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     table.add_column("OFF (drafter none)", justify="right")
     table.add_column("ON (candidate)", justify="right")
     base, cand = summary["baseline"], summary["candidate"]
+    on_server = any(b.get("backend") == "llama-server" for b in (summary.get("backend") or {}).values())
     for label, key, fmt in ROWS:
-        table.add_row(label, _cell(base, label, key, fmt), _cell(cand, label, key, fmt))
+        shown = "peak memory (llama-server's resident set)" if on_server and key == "peak_memory_bytes" else label
+        table.add_row(shown, _cell(base, label, key, fmt), _cell(cand, label, key, fmt))
     if cand.get("unsupported"):
         table.add_row("unsupported because", "", cand["unsupported"])
         return table
