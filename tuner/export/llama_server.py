@@ -224,6 +224,21 @@ def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[list[Flag], list[Ma
     return flags, rows
 
 
+def _confidence(engine: EngineConfig, flags: list[Flag], rows: list[Mapping]) -> None:
+    """The confidence policy as --spec-draft-p-min (draft-simple and draft-mtp both stop on it)."""
+    if engine.gamma_policy != "confidence":
+        return
+    flags.append(("--spec-draft-p-min", str(engine.confidence)))
+    rows.append(
+        _row(
+            f"gamma_policy=confidence (confidence={engine.confidence})",
+            APPROXIMATE,
+            "--spec-draft-p-min stops at the first draft token below the threshold, as spectune does, but "
+            "compares the probability renormalised over the draft's top 10 tokens (never smaller than spectune's)",
+        )
+    )
+
+
 def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
     flags = [
         ("--spec-type", "draft-simple"),  # --model-draft alone loads the weights and drafts nothing
@@ -238,16 +253,7 @@ def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], l
         ),
         *gamma_rows(engine, TARGET, "--spec-draft-n-max"),
     ]
-    if engine.gamma_policy == "confidence":
-        flags.append(("--spec-draft-p-min", str(engine.confidence)))
-        rows.append(
-            _row(
-                f"gamma_policy=confidence (confidence={engine.confidence})",
-                APPROXIMATE,
-                "--spec-draft-p-min stops at the first draft token below the threshold, as spectune does, but "
-                "compares the probability renormalised over the draft's top 10 tokens (never smaller than spectune's)",
-            )
-        )
+    _confidence(engine, flags, rows)
     if engine.temperature > 0:
         flags.append(("--spec-draft-sampling", "probabilistic"))
         rows.append(
@@ -274,16 +280,7 @@ def _mtp(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
         ),
         *gamma_rows(engine, TARGET, "--spec-draft-n-max"),
     ]
-    if engine.gamma_policy == "confidence":
-        flags.append(("--spec-draft-p-min", str(engine.confidence)))
-        rows.append(
-            _row(
-                f"gamma_policy=confidence (confidence={engine.confidence})",
-                APPROXIMATE,
-                "--spec-draft-p-min stops at the first draft token below the threshold, compared after the draft "
-                "sampler's top 10 (never smaller than spectune's full-softmax probability)",
-            )
-        )
+    _confidence(engine, flags, rows)
     return flags, rows
 
 
