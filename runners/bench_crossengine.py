@@ -37,6 +37,7 @@ from serving.gguf import cached_gguf
 from serving.llama_binary import find_llama_server
 from serving.llama_server import LlamaServer
 from serving.mtp_gguf import cached_mtp_gguf
+from serving.stats import DRAFTS
 from tasks.environment import make_environment
 from tasks.sandbox.owner import owned_tempdir
 from tasks.suites import load_suite
@@ -135,71 +136,64 @@ def server_profile(
 ) -> dict[str, Any]:
     """The server's cost profile: plain step t_1, R_k for verify sizes k = 2..gamma+1, the drafters' own costs.
 
-    R_k comes from short greedy requests per k with ngram-simple (size-n 1, size-m k-1) on a repetitive
-    prompt, where most steps draft: a step costs d·t_k + (1 - d)·t_1 with d the share of steps that drafted,
-    so t_k = (t_step - (1 - d)·t_1) / d at the measured mean verify size. Lookup drafting is ~free, so this is
-    the verify cost alone; the draft model's step is t_1 of a server running the draft GGUF as its model. MTP's
-    drafting per drafting step, C_mtp (in t_1), is what a draft-mtp request's steps cost beyond their verify:
-    (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1). Each figure is the median of `repeats` requests of 128 tokens
-    after an untimed one.
+    R_k comes from short greedy requests per size-m = 1..gamma with ngram-simple (size-n 1) on a repetitive
+    prompt, where most steps draft: a step costs d·t_k + (1 - d)·t_1 with d the share of steps that drafted
+    (/metrics counts them), so t_k = (t_step - (1 - d)·t_1) / d at the measured mean verify size k. Lookup
+    drafting is ~free, so this is the verify cost alone; the draft model's step is t_1 of a server running the
+    draft GGUF as its model. MTP's drafting per drafting step, C_mtp (in t_1), is what a draft-mtp request's
+    steps cost beyond their verify: (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1). Each figure is the median of
+    `repeats` requests of 128 tokens after an untimed one.
     """
     base = ["-np", "1", "--temp", "0", "--min-p", "0"]
     body = {"prompt": prompt, "n_predict": 128, "ignore_eos": True, "return_tokens": True, "cache_prompt": False}
 
-    def replies(model: Path, args: list[str]) -> list[dict[str, Any]]:
+    def steps(model: Path, args: list[str]) -> list[tuple[float, float, float]]:
+        """(seconds per decode step, share of steps that drafted, mean verify size) of each timed request."""
         log = settings.log_dir / "profile.log" if settings.log_dir else None
+        out = []
         with LlamaServer(
             settings.binary, model, base + args, context=settings.context, threads=settings.threads, log_path=log
         ) as server:
             server.post("/completion", body)  # untimed: the first request's allocations
-            return [server.post("/completion", body) for _ in range(repeats)]
+            for _ in range(repeats):
+                before = server.metrics().get(DRAFTS, 0.0)
+                reply = server.post("/completion", body)
+                drafts = server.metrics().get(DRAFTS, 0.0) - before  # verification steps that carried a draft
+                t = reply["timings"]
+                n_steps = max(len(reply["tokens"]) - t.get("draft_n_accepted", 0), 1)
+                k = 1 + t.get("draft_n", 0) / drafts if drafts else 1.0
+                out.append((t["predicted_ms"] / 1000.0 / n_steps, min(drafts / n_steps, 1.0), k))
+        return out
 
-    def per_token(reply: dict[str, Any]) -> float:
-        return reply["timings"]["predicted_ms"] / 1000.0 / len(reply["tokens"])
-
-    t1 = statistics.median(per_token(r) for r in replies(settings.target_gguf, ["--spec-type", "none"]))
+    t1 = statistics.median(t for t, _, _ in steps(settings.target_gguf, ["--spec-type", "none"]))
     points = []
     for m in range(1, gamma + 1):
         args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", str(m)]
-        estimates = []
-        for reply in replies(settings.target_gguf, args):
-            t = reply["timings"]
-            tokens, accepted, drafted = len(reply["tokens"]), t.get("draft_n_accepted", 0), t.get("draft_n", 0)
-            steps = max(tokens - accepted, 1)
-            drafts = max(round(drafted / m), 1) if drafted else 0  # ngram-simple drafts exactly size-m tokens
-            d = min(drafts / steps, 1.0)
-            if d > 0:
-                t_step = t["predicted_ms"] / 1000.0 / steps
-                estimates.append(((t_step - (1 - d) * t1) / d / t1, d))
-        if estimates:
+        runs = [(t, d, k) for t, d, k in steps(settings.target_gguf, args) if d > 0]
+        if runs:
+            rs = [(t - (1 - d) * t1) / d / t1 for t, d, _ in runs]
             points.append(
                 {
-                    "k": m + 1,
-                    "R": statistics.median(r for r, _ in estimates),
-                    "R_per_repeat": [r for r, _ in estimates],
-                    "drafting_share": statistics.median(d for _, d in estimates),
+                    "size_m": m,
+                    "k": statistics.median(k for _, _, k in runs),
+                    "R": statistics.median(rs),
+                    "R_per_repeat": rs,
+                    "drafting_share": statistics.median(d for _, d, _ in runs),
                 }
             )
     out: dict[str, Any] = {"t1_s": t1, "points": points}
     if mtp and settings.mtp_gguf is not None:
-        costs = []
-        for reply in replies(settings.mtp_gguf, ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(gamma)]):
-            t = reply["timings"]
-            tokens, accepted, drafted = len(reply["tokens"]), t.get("draft_n_accepted", 0), t.get("draft_n", 0)
-            drafts = max(round(drafted / gamma), 1) if drafted else 0  # p-min 0: every draft is n-max long
-            steps = max(tokens - accepted, 1)
-            d = min(drafts / steps, 1.0)
-            r_k = r_at(points, 1 + drafted / drafts) if drafts else None
-            if d > 0 and r_k is not None:
-                t_step = t["predicted_ms"] / 1000.0 / steps
-                costs.append((t_step - (1 - d) * t1 - d * r_k * t1) / (d * t1))
+        args = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(gamma)]
+        costs = [
+            (t - (1 - d) * t1 - d * r_k * t1) / (d * t1)
+            for t, d, k in steps(settings.mtp_gguf, args)
+            if d > 0 and (r_k := r_at(points, k)) is not None
+        ]
         if costs:
             out["mtp_draft_per_step"] = statistics.median(costs)
             out["mtp_draft_per_step_per_repeat"] = costs
     if draft and settings.draft_gguf is not None:
-        out["draft_t1_s"] = statistics.median(
-            per_token(r) for r in replies(settings.draft_gguf, ["--spec-type", "none"])
-        )
+        out["draft_t1_s"] = statistics.median(t for t, _, _ in steps(settings.draft_gguf, ["--spec-type", "none"]))
     return out
 
 

@@ -18,6 +18,7 @@ import hashlib
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
@@ -95,20 +96,23 @@ def export_gguf(
     return out
 
 
-def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path | None = None) -> Path:
-    """The GGUF of a model folder, converted once and kept in the cache (keyed by the folder's files and the type).
+def cache_file(name: str, folders: Sequence[str | Path], kind: str) -> Path:
+    """Where a GGUF made from `folders` is kept: keyed by their paths and every file's name, size and
+    modification time (an edited model is converted again), the type and the pinned release."""
+    digest = hashlib.sha256(f"{kind}|{PINNED}".encode())
+    for folder in (Path(f).resolve() for f in folders):
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            info = path.stat()
+            digest.update(f"|{path}:{info.st_size}:{info.st_mtime_ns}".encode())
+    return build_dir().parent.parent / "gguf" / f"{name}-{digest.hexdigest()[:16]}-{kind}.gguf"
 
-    The key is the folder's path and every file's name, size and modification time, so an edited model is
-    converted again; `kind` and the pinned release are part of it too.
-    """
+
+def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path | None = None) -> Path:
+    """The GGUF of a model folder, converted once and kept in the cache (`cache_file`)."""
     model = Path(model).resolve()
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
-    digest = hashlib.sha256(f"{model}|{kind}|{PINNED}".encode())
-    for path in sorted(p for p in model.rglob("*") if p.is_file()):
-        info = path.stat()
-        digest.update(f"|{path.relative_to(model)}:{info.st_size}:{info.st_mtime_ns}".encode())
-    out = build_dir().parent.parent / "gguf" / f"{model.name}-{digest.hexdigest()[:16]}-{kind}.gguf"
+    out = cache_file(model.name, [model], kind)
     return out if out.is_file() else export_gguf(model, out, kind, converter=converter)
 
 

@@ -24,7 +24,6 @@ never the output). A module with a draft vocabulary (d2t) cannot be expressed an
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -32,8 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from serving.gguf import TYPES, export_gguf
-from serving.llama_binary import PINNED, build_dir
+from serving.gguf import TYPES, cache_file, export_gguf
 
 ARCHITECTURE = "MiMoV2FlashForCausalLM"
 MODEL_TYPE = "spectune_mimo2"  # unknown to transformers on purpose (module docstring)
@@ -170,12 +168,7 @@ def export_mtp_gguf(target: str | Path, mtp: str | Path, out: str | Path, kind: 
 
 def cached_mtp_gguf(target: str | Path, mtp: str | Path, kind: str = "f32") -> Path:
     """export_mtp_gguf once per (target, module, type), kept in the cache beside the plain GGUFs."""
-    digest = hashlib.sha256(f"{kind}|{PINNED}|mimo2".encode())
-    for folder in (Path(target).resolve(), Path(mtp).resolve()):
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            info = path.stat()
-            digest.update(f"|{path}:{info.st_size}:{info.st_mtime_ns}".encode())
-    out = build_dir().parent.parent / "gguf" / f"mimo2-{digest.hexdigest()[:16]}-{kind}.gguf"
+    out = cache_file("mimo2", [target, mtp], kind)
     return out if out.is_file() else export_mtp_gguf(target, mtp, out, kind)
 
 

@@ -51,8 +51,8 @@ def test_both_engines_speculate_and_report_the_same_names(report):
 def test_the_server_profile_and_the_prediction_are_measured_numbers(report):
     profile = report["server_profile"]
     assert profile["t1_s"] > 0 and profile["draft_t1_s"] > 0
-    assert [p["k"] for p in profile["points"]] == [2, 3, 4]
-    assert all(p["R"] > 0 for p in profile["points"])
+    assert [p["size_m"] for p in profile["points"]] == [1, 2, 3]
+    assert all(p["R"] > 0 and 1 < p["k"] <= p["size_m"] + 1 for p in profile["points"])
     assert profile["mtp_draft_per_step"] > 0
     for method in ("ngram", "draft_model", "mtp"):
         p = report["methods"][method]["prediction"]
