@@ -1,6 +1,6 @@
 """Cross-engine check: the same agent conversations through spectune's engine and a real llama-server.
 
-    python -m runners.bench crossengine [--limit 20] [--split test] [--threads 1] [--methods ngram,suffix,draft_model]
+    python -m runners.bench crossengine [--limit 20] [--split test] [--threads 1] [--methods ngram,draft_model,mtp]
 
 1. Record: the agent solves N swe-lite tasks with spectune's engine, speculation OFF (real sandboxes); every
    turn's prompt ids and reply are kept. These conversations are the reference.
@@ -10,10 +10,11 @@
    method. Conversation by conversation the two engines alternate, so machine drift hits both.
 3. Report: identical streams (every turn equal to the reference; expected N/N on both engines, ON and OFF),
    acceptance of each method on both engines side by side, decode tokens/s of both with every repeat.
-4. Predict before measuring: a quick cost profile of the server (one short n-gram request per verify size k,
-   giving R_k = one k-token verify step ÷ one plain step, and the draft model's own step) and the acceptance
-   spectune's engine measured give the seeds' estimate E / (R + C) of the server's ON/OFF decode speed,
-   printed beside what the server then measured.
+4. Predict before measuring: a quick cost profile of the server on the longest recorded agent context (one
+   short n-gram request per verify size k gives R_k = one k-token verify step ÷ one plain step; a server on
+   the draft GGUF gives the draft model's step; a draft-mtp request gives MTP's drafting per step) and the
+   acceptance spectune's engine measured give the seeds' estimate E / (R + C) of the server's ON/OFF decode
+   speed, printed beside what the server then measured.
 """
 
 from __future__ import annotations
@@ -52,10 +53,6 @@ METHODS: dict[str, dict[str, Any]] = {
     "draft_model": {"drafter": "draft_model"},
     "mtp": {"drafter": "mtp"},  # on the server: the module inside a mimo2 GGUF (serving/mtp_gguf.py)
 }
-# A short function repeated: every lookup kind finds something (the cost profile; the export checks on the server)
-PROFILE_PROMPT = (
-    "def total(items):\n    result = 0\n    for item in items:\n        result += item.price\n    return result\n"
-)
 
 
 @dataclass
@@ -136,13 +133,13 @@ def server_profile(
 ) -> dict[str, Any]:
     """The server's cost profile: plain step t_1, R_k for verify sizes k = 2..gamma+1, the drafters' own costs.
 
-    R_k comes from short greedy requests per size-m = 1..gamma with ngram-simple (size-n 1) on a repetitive
-    prompt, where most steps draft: a step costs d·t_k + (1 - d)·t_1 with d the share of steps that drafted
-    (/metrics counts them), so t_k = (t_step - (1 - d)·t_1) / d at the measured mean verify size k. Lookup
-    drafting is ~free, so this is the verify cost alone; the draft model's step is t_1 of a server running the
-    draft GGUF as its model. MTP's drafting per drafting step, C_mtp (in t_1), is what a draft-mtp request's
-    steps cost beyond their verify: (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1). Each figure is the median of
-    `repeats` requests of 128 tokens after an untimed one.
+    R_k comes from short greedy requests per size-m = 1..gamma with ngram-simple (size-n 1) after `prompt` (an
+    agent context, which repeats itself enough that most steps draft): a step costs d·t_k + (1 - d)·t_1 with d
+    the share of steps that drafted (/metrics counts them), so t_k = (t_step - (1 - d)·t_1) / d at the measured
+    mean verify size k. Lookup drafting is ~free, so this is the verify cost alone; the draft model's step is
+    t_1 of a server running the draft GGUF as its model. MTP's drafting per drafting step, C_mtp (in t_1), is
+    what a draft-mtp request's steps cost beyond their verify: (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1).
+    Each figure is the median of `repeats` requests of 128 tokens after an untimed one.
     """
     base = ["-np", "1", "--temp", "0", "--min-p", "0"]
     body = {"prompt": prompt, "n_predict": 128, "ignore_eos": True, "return_tokens": True, "cache_prompt": False}
@@ -309,7 +306,9 @@ def run_crossengine_bench(
                     f"repeat {repeat + 1}/{repeats} {m}: "
                     + ", ".join(f"{e} {results[m][e]['rates'][-1]:.0f} tok/s" for e in backends)
                 )
-        profile = server_profile(settings, tokenizer.encode(PROFILE_PROMPT * 4), gamma, wants_draft, mtp=wants_mtp)
+        # the profile runs on a real agent context (costs grow with it): the longest prompt the agent wrote
+        longest = max((turn.prompt for c in conversations for turn in c.turns), key=len)
+        profile = server_profile(settings, longest, gamma, wants_draft, mtp=wants_mtp)
     finally:
         for b in server.values():
             b.close()

@@ -11,12 +11,15 @@ from __future__ import annotations
 import pytest
 
 from engine.engine import EngineConfig
-from runners.bench_crossengine import PROFILE_PROMPT
 from serving.llama_server import LlamaServer
 from tests.serving.test_llama_server import MODELS
 from tests.tuner.test_export import CASES, make_record
 from tuner.export import llama_server, write_exports
 
+# A short function repeated: every lookup kind finds something to draft from
+REPEATED = (
+    "def total(items):\n    result = 0\n    for item in items:\n        result += item.price\n    return result\n"
+)
 EXPORTED = {
     **CASES,
     "mtp": EngineConfig(drafter="mtp", gamma=2),
@@ -40,7 +43,7 @@ def repetitive_prompt():
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(MODELS / "target")
-    return tokenizer.encode(PROFILE_PROMPT * 4)
+    return tokenizer.encode(REPEATED * 4)
 
 
 @pytest.mark.parametrize("case", sorted(EXPORTED))
