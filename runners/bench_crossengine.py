@@ -10,7 +10,7 @@
    method. Conversation by conversation the two engines alternate, so machine drift hits both.
 3. Report: identical streams (every turn equal to the reference; expected N/N on both engines, ON and OFF),
    acceptance of each method on both engines side by side, decode tokens/s of both with every repeat.
-4. Predict before measuring: a quick cost profile of the server on the longest recorded agent context (one
+4. Predict before measuring: a quick cost profile of the server on a typical recorded agent context (one
    short n-gram request per verify size k gives R_k = one k-token verify step ÷ one plain step; a server on
    the draft GGUF gives the draft model's step; a draft-mtp request gives MTP's drafting per step) and the
    acceptance spectune's engine measured give the seeds' estimate E / (R + C) of the server's ON/OFF decode
@@ -89,6 +89,21 @@ class _Recorder:
 
     def end(self) -> None:
         self.inner.end()
+
+
+def typical_context(conversations: list[Conversation]) -> list[int]:
+    """The prompt of the turn at the reply-token-weighted median context length: where most decoding happens.
+
+    A step's cost grows with the context it attends over, so the server's cost profile runs there rather than
+    on a short synthetic prompt (too cheap) or the longest turn (too dear).
+    """
+    turns = sorted((t for c in conversations for t in c.turns), key=lambda t: len(t.prompt))
+    half, seen = sum(len(t.reply) for t in turns) / 2, 0
+    for turn in turns:
+        seen += len(turn.reply)
+        if seen >= half:
+            return turn.prompt
+    return turns[-1].prompt
 
 
 def record(models: Models, split: str, limit: int, progress) -> list[Conversation]:
@@ -306,9 +321,7 @@ def run_crossengine_bench(
                     f"repeat {repeat + 1}/{repeats} {m}: "
                     + ", ".join(f"{e} {results[m][e]['rates'][-1]:.0f} tok/s" for e in backends)
                 )
-        # the profile runs on a real agent context (costs grow with it): the longest prompt the agent wrote
-        longest = max((turn.prompt for c in conversations for turn in c.turns), key=len)
-        profile = server_profile(settings, longest, gamma, wants_draft, mtp=wants_mtp)
+        profile = server_profile(settings, typical_context(conversations), gamma, wants_draft, mtp=wants_mtp)
     finally:
         for b in server.values():
             b.close()

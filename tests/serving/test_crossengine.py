@@ -12,7 +12,7 @@ import math
 import pytest
 
 from engine.stats import GenerationStats
-from runners.bench_crossengine import predict, r_at, run_crossengine_bench
+from runners.bench_crossengine import Conversation, Turn, predict, r_at, run_crossengine_bench, typical_context
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,11 @@ def test_the_server_profile_and_the_prediction_are_measured_numbers(report):
         assert p["E"] > 1 and p["R"] > 0 and math.isfinite(p["predicted"]) and p["predicted"] > 0
     assert report["methods"]["draft_model"]["prediction"]["C"] > 0 and report["methods"]["mtp"]["prediction"]["C"] > 0
     assert report["methods"]["ngram"]["prediction"]["C"] == 0
+
+
+def test_the_profile_context_is_where_most_reply_tokens_were_decoded():
+    short, mid, long = Turn([1] * 10, 8, [0] * 5), Turn([1] * 100, 8, [0] * 50), Turn([1] * 400, 8, [0] * 20)
+    assert typical_context([Conversation("a", [long, short]), Conversation("b", [mid])]) == mid.prompt
 
 
 def test_prediction_arithmetic():
