@@ -46,10 +46,14 @@ class ServerModel:
         self.seed = seed  # sampling seed of the task (turn t sends seed + t)
         self.lossy = False  # llama-server verifies losslessly
         self._turn = 0
+        # /metrics after the previous turn: within a task nothing else uses the server (one slot, one agent),
+        # so it is this turn's "before" and one request per turn is saved
+        self._metrics: dict[str, float] | None = None
 
     def begin(self, instance_id: str) -> None:
         """A new task: its first request recomputes the whole prompt (no KV carried over from another task)."""
         self._turn = 0
+        self._metrics = None
 
     def body(self, prompt_ids: list[int], max_new_tokens: int) -> dict[str, Any]:
         """The `/completion` request of one turn."""
@@ -67,13 +71,13 @@ class ServerModel:
 
     def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
         """One turn through the server; only `prompt_ids` is used."""
-        before = self.server.metrics()
+        before = self._metrics if self._metrics is not None else self.server.metrics()
         offset = self.server.log_size()
         t0 = time.perf_counter()
         answer = self.server.post("/completion", self.body(prompt_ids, max_new_tokens))
         wall = time.perf_counter() - t0
         self._turn += 1
-        after = self.server.metrics()
+        after = self._metrics = self.server.metrics()
         steps = self._steps(offset, before, after)
         stats = request_stats(
             prompt_ids,
@@ -105,3 +109,4 @@ class ServerModel:
     def end(self) -> None:
         """Nothing to release: the next task's first request starts without the cache."""
         self._turn = 0
+        self._metrics = None
