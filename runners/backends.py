@@ -2,7 +2,7 @@
 
 A backend turns one `EngineConfig` into agent models, one per task. `builtin` is `Engine` + `EngineModel`.
 `llama-server` starts the pinned llama-server (serving/) on the GGUF copies of the same weights, with
-exactly the flags the llama-server exporter writes for that configuration (tuner/export/llama_server.py),
+exactly the flags the llama-server exporter writes for that configuration (export/llama_server.py),
 so what is measured is what gets exported; OFF is the same server with `--spec-type none`. A configuration
 llama-server cannot run as given (mtp, layer_skip, a lossy rule, a combination it would run only half of)
 is unsupported, with the exporter's reason. A server starts on first use and stops in `close()`.
@@ -103,7 +103,7 @@ class ServerBackend:
     """A llama-server started with the configuration's exported flags."""
 
     def __init__(self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int]) -> None:
-        from tuner.export.llama_server import argv, not_runnable, speculation
+        from export.llama_server import argv, not_runnable, speculation
 
         reason = not_runnable(config)
         if reason:

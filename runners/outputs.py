@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.stats import GenerationStats
+from export.files import dumps_strict, write_atomic
 from runners.outcomes import SIDES, SideRun, TaskOutcome
 
 SUMMARY = "summary.json"
@@ -23,19 +24,6 @@ RAW = "repeats.jsonl"
 def write_raw(out_dir: Path, outcomes: list[TaskOutcome]) -> None:
     """repeats.jsonl with exactly these outcomes' side runs (replacing what was there)."""
     write_atomic(out_dir / RAW, _raw_lines(outcomes))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so an interrupted run never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def dumps_strict(data: Any) -> str:
-    """JSON that any parser accepts: NaN/Infinity raise instead of being written."""
-    return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
 def raw_row(run: SideRun) -> dict[str, Any]:

@@ -198,7 +198,7 @@ def cost_ratios(candidate: list[SideRun], baseline: list[SideRun]) -> dict[str, 
     On llama-server (no drafting time apart) R is a whole ON step, drafting included, and C is None.
 
     Measured inside the agent's episodes (real contexts, real draft lengths), so they describe this run;
-    `python -m runners.bench engine` gives the controlled profile (R_k for each k, t_1).
+    `python -m bench engine` gives the controlled profile (R_k for each k, t_1).
     """
     cand = sum((r.stats for r in candidate), GenerationStats())
     base = sum((r.stats for r in baseline), GenerationStats())

@@ -1,4 +1,4 @@
-"""Shared test helpers: the CI flag and sandbox factories for tests that run in both sandboxes."""
+"""Shared test helpers: the CI flag, sandbox factories for tests that run in both sandboxes, a tiny model."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable
 
 import pytest
+
+from engine.tiny import make_tiny_model
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 SANDBOX_KINDS = ("local", "docker")
@@ -23,3 +25,9 @@ def sandbox_factory_or_skip(kind: str, **options) -> Callable:
                 raise
             pytest.skip(f"docker sandbox unavailable: {exc}")
     return lambda: make_sandbox(kind, **options)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random target model folder (1 layer x 64): plumbing of runners and benchmarks, fast on CPU."""
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)

@@ -307,7 +307,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         elif best is None:
             console.print("[yellow]no feasible candidate[/]: every trial broke a constraint or failed (see the table)")
         if best is not None:
-            from tuner.export import ExportRecord, write_exports
+            from export import ExportRecord, write_exports
 
             engine = EngineConfig(**best.user_attrs["engine"])
             composed = runner_config(cfg, engine)

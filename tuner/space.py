@@ -149,7 +149,7 @@ def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False, backend: st
         _check_drafter(name, knobs)
         why = _missing(name, has_draft=has_draft, has_mtp=has_mtp)
         if why is None and backend == "llama-server":
-            from tuner.export.llama_server import not_runnable
+            from export.llama_server import not_runnable
 
             why = not_runnable(EngineConfig(drafter=name))
         if why:

@@ -145,7 +145,7 @@ def test_load_model_rejects_an_unknown_path_before_loading(tmp_path):
 @pytest.fixture(scope="module")
 def test_instance_prompt():
     """The agent's real context on a swe-lite test instance (the scripted expert's longest turn)."""
-    from runners.bench_agent_prompts import agent_prompts
+    from bench.agent_prompts import agent_prompts
 
     tokenizer = load_model(str(BUNDLED / "target"), device="cpu", dtype="float32").tokenizer
     return agent_prompts(tokenizer, "test", count=1)[0].ids

@@ -68,7 +68,7 @@ def test_bench_on_agent_prompts_gives_identical_outputs(capsys):
     """`bench engine --prompts swe-lite` on the bundled pair: real agent contexts, every case the same tokens."""
     import json
 
-    from runners.bench import main
+    from bench.__main__ import main
 
     argv = ["engine", "--quick", "--json", "--threads", "1", "--no-progress", "--prompts", "swe-lite"]
     assert main([*argv, "--model", str(TARGET), "--draft", str(DRAFT), "--max-new-tokens", "16"]) == 0
@@ -82,7 +82,7 @@ def test_bench_on_agent_prompts_gives_identical_outputs(capsys):
 
 
 def test_agent_prompts_end_at_the_assistant_header():
-    from runners.bench_agent_prompts import agent_prompts
+    from bench.agent_prompts import agent_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET, local_files_only=True)
     header = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)

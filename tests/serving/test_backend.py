@@ -95,7 +95,7 @@ def test_greedy_streams_agree_and_the_server_ran_the_exported_flags(server_run):
     _, summary, ggufs = server_run
     assert summary["greedy"] and summary["diverged_tasks"] == [] and summary["regressions"] == []
     from engine.engine import EngineConfig
-    from tuner.export.llama_server import argv, speculation
+    from export.llama_server import argv, speculation
 
     backend = summary["backend"]
     candidate = EngineConfig(drafter="ngram", gamma=6, options={"min_match": 2})

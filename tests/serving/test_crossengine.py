@@ -1,4 +1,4 @@
-"""`python -m runners.bench crossengine`, small: two real agent conversations through both engines.
+"""`python -m bench crossengine`, small: two real agent conversations through both engines.
 
 Greedy on the same f32 weights, llama-server and spectune's engine must give the reference stream on every
 turn, for plain decoding and for each speculative method; both engines must draft and accept; the server's
@@ -11,8 +11,8 @@ import math
 
 import pytest
 
+from bench.crossengine import Conversation, Turn, predict, r_at, run_crossengine_bench, typical_context
 from engine.stats import GenerationStats
-from runners.bench_crossengine import Conversation, Turn, predict, r_at, run_crossengine_bench, typical_context
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from engine.engine import EngineConfig
+from export import llama_server, write_exports
 from serving.llama_server import LlamaServer
 from tests.serving.test_llama_server import MODELS
-from tests.tuner.test_export import CASES, make_record
-from tuner.export import llama_server, write_exports
+from tests.export.test_export import CASES, make_record
 
 # A short function repeated: every lookup kind finds something to draft from
 REPEATED = (

@@ -37,8 +37,8 @@ from pathlib import Path
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from runners.outputs import write_atomic
-from tuner.export.record import (
+from export.files import write_atomic
+from export.record import (
     APPROXIMATE,
     EXACT,
     NONE,

@@ -1,4 +1,4 @@
-"""`python -m runners.bench tuner`: the replay's scores on hand-made grids, the grid file, and one real grid
+"""`python -m bench tuner`: the replay's scores on hand-made grids, the grid file, and one real grid
 measurement on the bundled models (behaviour only, never wall-clock)."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import statistics
 
 import pytest
 
-from engine.engine import EngineConfig
-from runners.bench import main
-from runners.bench_tuner import (
+from bench.__main__ import main
+from bench.tuner import (
     GRID_KIND,
     GRID_SPACE,
     GRID_VERSION,
@@ -26,6 +25,7 @@ from runners.bench_tuner import (
     score_history,
     summarize_seeds,
 )
+from engine.engine import EngineConfig
 from tuner.space import load_space
 
 FEASIBLE = {"vram_gib": -15.0, "context_tokens": -1000.0, "regressions": 0.0, "no_success": 0.0}

@@ -1,4 +1,4 @@
-"""`python -m runners.bench engine`: the JSON report's shape and verdicts on tiny models (behaviour, not speed)."""
+"""`python -m bench engine`: the JSON report's shape and verdicts on tiny models (behaviour, not speed)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from runners.bench import main
-from runners.bench_engine import RATIOS, analyse_forwards, first_divergence, tiny_models
+from bench.__main__ import main
+from bench.engine import RATIOS, analyse_forwards, first_divergence, tiny_models
 
 # One thread: the quick models are far too small to gain from more, and an oversubscribed core makes
 # OpenMP barriers wait for a whole scheduler slice.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.export import llama_server, readme, sglang, spectune_yaml, vllm
-from tuner.export.record import ExportRecord, Mapping
+from export import llama_server, readme, sglang, spectune_yaml, vllm
+from export.record import ExportRecord, Mapping
 
 SERVER_WRITERS = (llama_server, vllm, sglang)  # each writes one file and returns its Mapping rows
 

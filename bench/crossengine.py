@@ -1,6 +1,6 @@
 """Cross-engine check: the same agent conversations through spectune's engine and a real llama-server.
 
-    python -m runners.bench crossengine [--limit 20] [--split test] [--threads 1] [--methods ngram,draft_model,mtp]
+    python -m bench crossengine [--limit 20] [--split test] [--threads 1] [--methods ngram,draft_model,mtp]
 
 1. Record: the agent solves N swe-lite tasks with spectune's engine, speculation OFF (real sandboxes); every
    turn's prompt ids and reply are kept. These conversations are the reference.
@@ -29,10 +29,10 @@ from typing import Any
 from agents.episode import run_episode
 from agents.loop import AgentConfig
 from agents.model import AgentModel, ModelReply
+from bench.costs import bound
 from engine.engine import Engine, EngineConfig
 from engine.stats import GenerationStats
 from runners.backends import EngineBackend, ServerBackend, ServerSettings, context_of
-from runners.bench_costs import bound
 from runners.models import Models, load_models, resolve_model_path
 from serving.gguf import cached_gguf
 from serving.llama_binary import find_llama_server

@@ -1,6 +1,6 @@
 """`vllm-speculative-config.json`: the configuration as vLLM 0.33.0's `--speculative-config` JSON.
 
-Every key is a field of SpeculativeConfig in the pinned key set (tuner/export/reference/). That set records
+Every key is a field of SpeculativeConfig in the pinned key set (export/reference/). That set records
 `method: SpeculativeMethod | None` without the literal's values, so METHODS lists the values written here;
 they are in SpeculativeMethod of vllm/config/speculative.py ("ngram", "draft_model", "suffix", the Eagle/MTP
 types, "ngram_gpu"; 0.33.0 dropped "medusa" and "mlp_speculator"). Semantics from the docstrings of that file:
@@ -19,8 +19,8 @@ from typing import Any
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from runners.outputs import dumps_strict, write_atomic
-from tuner.export.record import (
+from export.files import dumps_strict, write_atomic
+from export.record import (
     APPROXIMATE,
     EXACT,
     NONE,

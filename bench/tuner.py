@@ -1,4 +1,4 @@
-"""`python -m runners.bench tuner`: the tuner's *search* quality, separated from measurement noise.
+"""`python -m bench tuner`: the tuner's *search* quality, separated from measurement noise.
 
 Step 1 measures, once, an exhaustive grid over a small space with the real objective: every grid point
 is a real trial of `tuner.objective.Objective` (the same `Comparison` against one OFF baseline, measured

@@ -1,6 +1,6 @@
 """Export of the best configuration: spectune.yaml, llama-server, vLLM and SGLang files, and a README."""
 
-from tuner.export.record import ExportRecord, Mapping
-from tuner.export.write import write_exports
+from export.record import ExportRecord, Mapping
+from export.write import write_exports
 
 __all__ = ["ExportRecord", "Mapping", "write_exports"]

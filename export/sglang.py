@@ -1,6 +1,6 @@
 """`sglang.args`: the configuration as SGLang 0.5.23 speculative server flags, one flag per line.
 
-Every flag is a speculative argument of the pinned key set (tuner/export/reference/); semantics from the
+Every flag is a speculative argument of the pinned key set (export/reference/); semantics from the
 help texts there: --speculative-algorithm builtins EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK,
 UNO; --speculative-num-draft-tokens is the verify window, draft tokens + 1 (as the DSPARK help states it);
 --speculative-accept-threshold-single accepts a draft token whose target probability exceeds it. From
@@ -19,8 +19,8 @@ from engine.acceptance import AcceptanceRule
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from runners.outputs import write_atomic
-from tuner.export.record import (
+from export.files import write_atomic
+from export.record import (
     APPROXIMATE,
     EXACT,
     NONE,

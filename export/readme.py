@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runners.outputs import write_atomic
-from tuner.export import llama_server, sglang, spectune_yaml, vllm
-from tuner.export.record import APPROXIMATE, EXACT, ExportRecord, Mapping
+from export import llama_server, sglang, spectune_yaml, vllm
+from export.files import write_atomic
+from export.record import APPROXIMATE, EXACT, ExportRecord, Mapping
 
 FILE = "README.md"
 FIT_WORDS = {EXACT: "exactly", APPROXIMATE: "approximately", "none": "not at all"}

@@ -1,9 +1,9 @@
-"""The cost profile and the analytic bound of `python -m runners.bench engine` (behaviour, never timings)."""
+"""The cost profile and the analytic bound of `python -m bench engine` (behaviour, never timings)."""
 
 import pytest
 
+from bench.costs import KS, bound, forward_costs, limit_rows
 from engine.loading import load_model
-from runners.bench_costs import KS, bound, forward_costs, limit_rows
 
 
 def test_forward_costs_profiles_every_k_relative_to_one_token(tiny_dir):

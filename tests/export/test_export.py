@@ -1,4 +1,4 @@
-"""tuner/export: every drafter's files against the pinned server key sets, and spectune.yaml round trips."""
+"""export: every drafter's files against the pinned server key sets, and spectune.yaml round trips."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engine.engine import EngineConfig
-from tuner.export import ExportRecord, Mapping, keys, llama_server, readme, sglang, spectune_yaml, vllm, write_exports
-from tuner.export.record import FITS
+from export import ExportRecord, Mapping, keys, llama_server, readme, sglang, spectune_yaml, vllm, write_exports
+from export.record import FITS
 
 FILES = (spectune_yaml.FILE, llama_server.FILE, vllm.FILE, sglang.FILE, readme.FILE)
 TARGET, DRAFT = "models/spectune-tiny/target", "models/spectune-tiny/draft"

@@ -1,4 +1,4 @@
-"""The pinned vLLM 0.33.0 / SGLang 0.5.23 speculative keys (tuner/export/reference/), read once."""
+"""The pinned vLLM 0.33.0 / SGLang 0.5.23 speculative keys (export/reference/), read once."""
 
 from __future__ import annotations
 

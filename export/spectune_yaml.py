@@ -6,8 +6,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runners.outputs import write_atomic
-from tuner.export.record import ExportRecord
+from export.files import write_atomic
+from export.record import ExportRecord
 
 FILE = "spectune.yaml"
 CONFIG_NAME = "spectune"

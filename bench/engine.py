@@ -9,7 +9,7 @@ All cases run in one process, interleaved per repeat (for each prompt, every cas
 one untimed warm-up pass, so machine drift hits every case alike. The warm-up pass also records every target
 forward (spectune: its forward's observers, whatever the numeric path; transformers: a forward pre-hook on the
 module) to measure acceptance and tokens per target forward; timed repeats run without hooks. Then the cost
-profile of every numeric path on the same weights (runners/bench_costs.py).
+profile of every numeric path on the same weights (bench/costs.py).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
+from bench.costs import limit_rows, paths_costs, synchronize
+from bench.prompts import PROMPTS, QUICK_PROMPTS, Prompt
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
 from engine.mtp import MtpModule, load_mtp, random_mtp
-from runners.bench_costs import limit_rows, paths_costs, synchronize
-from runners.bench_prompts import PROMPTS, QUICK_PROMPTS, Prompt
 
 PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
 
@@ -639,7 +639,7 @@ def run_engine_bench(
     transformers' cases always run transformers' own forward on the same weights.
 
     `prompt_set`: `builtin` (fixed generic texts, raw) or `swe-lite` (agent-context prompts of a few
-    swe-lite test instances, through the model's chat template: runners/bench_agent_prompts.py).
+    swe-lite test instances, through the model's chat template: bench/agent_prompts.py).
     """
     import transformers
 
@@ -656,7 +656,7 @@ def run_engine_bench(
     if prompt_set not in PROMPT_SETS:
         raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":
-        from runners.bench_agent_prompts import agent_prompts
+        from bench.agent_prompts import agent_prompts
 
         agent = agent_prompts(target.tokenizer, "test", count=2 if quick else 4)
         prompts, names, kinds = [a.ids for a in agent], [a.name for a in agent], ["agent"] * len(agent)

@@ -1,0 +1,442 @@
+"""Benchmarks: `python -m bench <benchmark> ...` (`python -m runners.bench` is an alias).
+
+`engine`: spectune's decode loop (plain, ngram, draft_model, suffix) against transformers `generate` (greedy,
+prompt lookup, assisted generation) on the same weights and prompts, CPU. Prints a rich table, or one JSON
+object with --json (progress goes to stderr, so stdout holds nothing but the JSON).
+
+`crossengine`: the same agent conversations through spectune's engine and a real llama-server (identical
+streams, acceptance side by side, tokens/s of both, the server's speed predicted from spectune's acceptance
+and a server cost profile beside what it measured); bench/crossengine.py.
+
+`tuner`: the tuner's search quality, apart from measurement noise. An exhaustive grid over a small space
+(23 ngram/suffix points by default) is measured once with the tuner's real objective (one OFF baseline,
+every point a real trial on the search tasks, pruner none) and saved (--grid-file; --reuse-grid reads it
+back); then, per seed, the tuner's TPE and a random search replay the measured values over the same space.
+Per seed and over seeds: best found, regret against the grid's best, trials to come within 5% of it, and
+the target: within 5% of the grid's best in at most a third of the grid's trials. Rich tables or --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.engine import MIN_REPEATS, PROMPT_SETS, RATIOS
+from bench.tuner import DEFAULT_GRID_FILE
+from engine.forward import PATHS
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    eng = sub.add_parser(
+        "engine",
+        help="spectune engine vs transformers generate (tokens/s, acceptance, identical outputs)",
+        description="spectune engine vs transformers generate: tokens/s, acceptance and identical greedy outputs.",
+    )
+    eng.add_argument("--model", default=None, help="target model folder (default: a cached tiny random model)")
+    eng.add_argument(
+        "--draft", default=None, help="draft model folder for draft_model / assisted generation (needs --model)"
+    )
+    eng.add_argument(
+        "--mtp",
+        default=None,
+        help="MTP module folder for the mtp and mtp+ngram cases (needs --model; default: the target folder's ../mtp"
+        " when it holds one, as models/spectune-tiny does)",
+    )
+    eng.add_argument(
+        "--prompts",
+        choices=PROMPT_SETS,
+        default="builtin",
+        help="builtin: fixed generic texts; swe-lite: the agent's real context before the scripted expert's edit on"
+        " 4 test instances (what a suite-fitted model such as spectune-tiny is measured on)",
+    )
+    eng.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    eng.add_argument(
+        "--repeats", type=_positive, default=None, help=f"timed passes (default 5, >= {MIN_REPEATS} unless --quick)"
+    )
+    eng.add_argument("--max-new-tokens", type=_positive, default=None, help="new tokens per generation (default 128)")
+    eng.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
+    eng.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run for tests: tiny 2x64 target / 1x32 draft, 2 repeats, 24 new tokens, 2 prompts",
+    )
+    eng.add_argument(
+        "--threads",
+        type=_positive,
+        default=None,
+        help="torch CPU threads for the run (default: torch's default); restored afterwards",
+    )
+    eng.add_argument(
+        "--dtype",
+        default="float32",
+        help="weights of both models: float32 (default), bfloat16, float64, or auto (engine.loading's choice)",
+    )
+    eng.add_argument(
+        "--forward",
+        choices=PATHS,
+        default="auto",
+        help="spectune's numeric path (engine/forward.py; default auto); every path's costs are profiled anyway",
+    )
+    eng.add_argument(
+        "--device", default="cpu", help="cpu (default), cuda, cuda:N or auto: where both models and every case run"
+    )
+    eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+    _tuner_parser(sub)
+    _crossengine_parser(sub)
+    return parser
+
+
+def _crossengine_parser(sub: Any) -> None:
+    cross = sub.add_parser(
+        "crossengine",
+        help="the same agent conversations through spectune's engine and llama-server: streams, acceptance, tok/s",
+        description="Record N agent conversations (spectune, OFF), replay every turn through spectune's engine and "
+        "a real llama-server per method, greedy on the same f32 weights: identical streams, acceptance side by side, "
+        "decode tokens/s of both, and the server's ON/OFF predicted from spectune's acceptance and a server cost "
+        "profile beside what it measured.",
+    )
+    cross.add_argument("--model-dir", default="models/spectune-tiny", help="folder with target/ (and draft/)")
+    cross.add_argument("--split", default="test", help="swe-lite split (default test)")
+    cross.add_argument("--limit", type=_positive, default=20, help="conversations, a spread subset (default 20)")
+    cross.add_argument(
+        "--methods",
+        default="ngram,suffix,draft_model,mtp",
+        help="comma list of ngram, suffix, draft_model, mtp (none always runs)",
+    )
+    cross.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
+    cross.add_argument("--threads", type=_positive, default=1, help="CPU threads of both engines (default 1)")
+    cross.add_argument("--repeats", type=_positive, default=3, help="timed replays per method (default 3)")
+    cross.add_argument("--binary", default=None, help="llama-server executable (default: the pinned build's)")
+    cross.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+
+
+def _tuner_parser(sub: Any) -> None:
+    tun = sub.add_parser(
+        "tuner",
+        help="the tuner's search quality: a measured grid, then TPE and random search replayed over it",
+        description="The tuner's search quality: an exhaustive grid measured once with the real objective, then "
+        "the tuner's TPE and a random search replayed over the measured values, seed by seed.",
+    )
+    tun.add_argument("--split", default="dev", help="swe-lite split of the search tasks (default dev)")
+    tun.add_argument("--limit", type=_positive, default=6, help="search tasks, a spread subset (default 6)")
+    tun.add_argument("--repeats", type=_positive, default=1, help="repeats per task when measuring (default 1)")
+    tun.add_argument("--seeds", type=_positive, default=10, help="replayed searches per sampler (default 10)")
+    tun.add_argument(
+        "--trials", type=_positive, default=None, help="candidate trials per search (default: a third of the grid)"
+    )
+    tun.add_argument(
+        "--startup-trials",
+        type=int,
+        default=None,
+        help="TPE startup trials, trial 0 included (default: the tuner's, conf/study/default.yaml)",
+    )
+    tun.add_argument(
+        "--grid-file", type=Path, default=DEFAULT_GRID_FILE, help=f"the measured grid (default {DEFAULT_GRID_FILE})"
+    )
+    tun.add_argument("--reuse-grid", action="store_true", help="read --grid-file instead of measuring the grid")
+    tun.add_argument(
+        "--space",
+        type=Path,
+        default=None,
+        help="grid space file (conf/space layout, lists of choices only; default: the 23-point ngram/suffix grid)",
+    )
+    tun.add_argument("--threads", type=_positive, default=None, help="torch CPU threads while measuring")
+    tun.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a conf/tune.yaml override for the measurement, e.g. --set agent.max_steps=8 (repeatable)",
+    )
+    tun.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    tun.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (trial lines stay)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.benchmark == "engine":
+        return _engine(parser, args)
+    if args.benchmark == "tuner":
+        return _tuner(parser, args)
+    if args.benchmark == "crossengine":
+        return _crossengine(args)
+    parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
+    return 2
+
+
+def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from bench.engine import run_engine_bench
+
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
+    if repeats < MIN_REPEATS and not args.quick:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} for a measurement (use --quick for a smoke run)")
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else (24 if args.quick else 128)
+    if args.draft is not None and args.model is None:
+        parser.error("--draft needs --model (the draft must share the target's tokenizer)")
+    if args.mtp is not None and args.model is None:
+        parser.error("--mtp needs --model (an MTP module is trained for one target)")
+    mtp = args.mtp
+    if mtp is None and args.model is not None and (Path(args.model).parent / "mtp" / "config.json").is_file():
+        mtp = str(Path(args.model).parent / "mtp")  # a bundled pair's own MTP module (models/spectune-tiny/mtp)
+
+    # transformers' loading / saving progress bars and info logs would clutter stderr; restored afterwards.
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    threads = torch.get_num_threads()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        report = run_engine_bench(
+            args.model,
+            args.draft,
+            repeats,
+            max_new,
+            args.gamma,
+            args.quick,
+            progress=not args.no_progress,
+            prompt_set=args.prompts,
+            dtype=args.dtype,
+            forward=args.forward,
+            device=args.device,
+            mtp=mtp,
+        )
+    except (ValueError, FileNotFoundError) as exc:  # a bad --device / --dtype / --forward, a broken model folder
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    finally:
+        torch.set_num_threads(threads)
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
+def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from hydra.errors import HydraException
+
+    from bench.tuner import render, run_tuner_bench
+    from runners.interrupt import Interrupted
+    from runners.run import INPUT_ERRORS, one_line
+
+    if args.reuse_grid and args.space is not None:
+        parser.error("--space chooses a grid to measure; with --reuse-grid the grid file's own space is replayed")
+    try:
+        report = run_tuner_bench(
+            split=args.split,
+            limit=args.limit,
+            repeats=args.repeats,
+            seeds=args.seeds,
+            trials=args.trials,
+            startup_trials=args.startup_trials,
+            grid_file=args.grid_file,
+            reuse_grid=args.reuse_grid,
+            space_file=args.space,
+            threads=args.threads,
+            overrides=args.overrides,
+            progress=not args.no_progress,
+        )
+    except (*INPUT_ERRORS, HydraException) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # before the grid's trials started (loading): nothing was written
+        print("interrupted: no grid file was written", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
+def _crossengine(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from bench.crossengine import render, run_crossengine_bench
+    from serving.llama_binary import LlamaServerMissing
+    from serving.llama_server import LlamaServerError
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        report = run_crossengine_bench(
+            model_dir=args.model_dir,
+            split=args.split,
+            limit=args.limit,
+            methods=tuple(m for m in args.methods.split(",") if m),
+            gamma=args.gamma,
+            threads=args.threads,
+            repeats=args.repeats,
+            binary=args.binary,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except (ValueError, FileNotFoundError, LlamaServerMissing, LlamaServerError, RuntimeError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
+def _fmt_params(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+
+
+def _model_line(m: dict[str, Any] | None) -> str:
+    if m is None:
+        return "none"
+    return f"{m['arch']} {m['layers']}x{m['hidden']} ({_fmt_params(m['parameters'])} params, {m['forward']})"
+
+
+def _kinds(kinds: list[str]) -> str:
+    """`2 copy-heavy, 2 free` / `4 agent`: how many prompts of each kind."""
+    labels = {"copy": "copy-heavy"}
+    return ", ".join(f"{kinds.count(k)} {labels.get(k, k)}" for k in dict.fromkeys(kinds))
+
+
+def render(report: dict[str, Any]) -> None:
+    """Rich tables: throughput and acceptance per case, then ratios and the identity verdict."""
+    from rich.table import Table
+
+    from runners.report import table_console
+
+    console = table_console()
+    s = report["setup"]
+    kinds = [p["kind"] for p in s["prompts"]]
+    console.print(
+        f"[bold]bench engine[/] device {s['device']} · threads {s['threads']} of {s['cpu_count']} CPUs"
+        f" · load {s['load_average_1m']['start']}→{s['load_average_1m']['end']} · target {_model_line(s['target'])}"
+        f" · draft {_model_line(s['draft'])} · gamma {s['gamma']} · max_new_tokens {s['max_new_tokens']}"
+        f" · repeats {s['repeats']} · prompts {len(kinds)} ({_kinds(kinds)})"
+        f" · torch {s['torch']} · transformers {s['transformers']}"
+    )
+
+    cases = Table(title="Cases (tokens/s: median over repeats, min–max)")
+    for col in ("case", "tokens/s", "min–max", "accept rate", "mean acc len", "drafted/draft", "tok/target fwd"):
+        cases.add_column(col, justify="left" if col == "case" else "right", no_wrap=True)
+    for name, t in report["tokens_per_s"].items():
+        a = report["acceptance"][name]
+        cases.add_row(
+            name,
+            f"{t['median']:.1f}",
+            f"{t['min']:.1f}–{t['max']:.1f}",
+            f"{a['acceptance_rate']:.3f}" if a["drafted"] else "–",
+            f"{a['mean_accepted_length']:.2f}" if a["drafts"] else "–",
+            f"{a['mean_draft_length']:.2f}" if a["drafts"] else "–",
+            f"{a['tokens_per_target_forward']:.3f}",
+        )
+    for name, why in report["skipped"]["cases"].items():
+        cases.add_row(name, "skipped", why, "", "", "", "")
+    console.print(cases)
+
+    ratios = Table(title="Ratios (tokens/s, > 1: spectune / ON faster; median of per-repeat ratios)")
+    for col in ("ratio", "numerator / denominator", "value"):
+        ratios.add_column(col, justify="right" if col == "value" else "left")
+    for key, (a, b) in RATIOS.items():
+        value = report[key]
+        shown = f"{value:.3f}" if value is not None else f"skipped ({report['skipped']['ratios'][key]})"
+        ratios.add_row(key, f"{a} / {b}", shown)
+    console.print(ratios)
+
+    verdict = "[green]true[/]" if report["identical"] else "[red]false[/]"
+    console.print(f"identical: {verdict}  (deterministic across repeats: {report['deterministic']})")
+    for key, check in report["identity"].items():
+        if check["identical"]:
+            continue
+        for row in check["prompts"]:
+            if not row["identical"]:
+                console.print(
+                    f"  {key}: {check['case']} != {check['reference']} on {row['prompt']}"
+                    f" at new token {row['first_divergence']}"
+                )
+    console.print(f"[dim]tokens per target forward: {s['tokens_per_target_forward']}[/]")
+    render_costs(report, console)
+
+
+def render_costs(report: dict[str, Any], console) -> None:
+    """The cost profile (t_1, R_k per model) and, per drafter, the bound E / (R + C) beside the measurement."""
+    from rich.table import Table
+
+    costs = report.get("costs") or {}
+    profile = Table(
+        title="Cost profile: one forward over k new tokens, R_k = t_k / t_1 (medians; bench/costs.py);"
+        " * = the path the cases ran"
+    )
+    ks = sorted((costs.get("target") or {}).get("R", {}))
+    for col in ("model", "path", "context", "t_1 ms", *[f"R_{k}" for k in ks[1:]]):
+        profile.add_column(col, justify="left" if col in ("model", "path") else "right")
+    paths = costs.get("paths") or {name: {"": costs[name]} for name in ("target", "draft") if costs.get(name)}
+    for name, by_path in paths.items():
+        chosen = (costs.get(name) or {}).get("path")
+        for path, c in by_path.items():
+            if "unavailable" in c:
+                profile.add_row(name, path, "-", "unavailable", c["unavailable"][:60])
+                continue
+            mark = " *" if c.get("path") == chosen else ""
+            profile.add_row(
+                name,
+                f"{path}{mark}",
+                str(c["context"]),
+                f"{c['t_s'][1] * 1e3:.2f}",
+                *[f"{c['R'][k]:.2f}" for k in ks[1:]],
+            )
+    console.print(profile)
+    limits = Table(
+        title="How close to the limit: generation ON / OFF against E / (R + C), R = d·R_k + (1 - d) from the"
+        " profile; the same from the engine's timers inside the generations (gen)"
+    )
+    cols = ("drafter", "E (tokens/step vs plain)", "k", "d (drafting steps)", "R", "C", "bound", "measured ON/OFF")
+    for col in (*cols, "measured / bound", "R gen", "C gen", "bound gen", "measured / bound gen"):
+        limits.add_column(col, justify="left" if col == "drafter" else "right")
+
+    def f(v: float | None, spec: str = ".2f") -> str:
+        return "-" if v is None else format(v, spec)
+
+    for drafter, row in (report.get("limits") or {}).items():
+        limits.add_row(
+            drafter,
+            f(row["E"]),
+            str(row["k"]),
+            f(row["drafting_share"]),
+            f(row["R"]),
+            f(row["C"], ".3f"),
+            f(row["bound"]),
+            f(row["measured_on_vs_off"]),
+            f(row["measured_over_bound"]),
+            f(row.get("R_in_generation")),
+            f(row.get("C_in_generation"), ".3f"),
+            f(row.get("bound_in_generation")),
+            f(row.get("measured_over_bound_in_generation")),
+        )
+    console.print(limits)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
