@@ -238,8 +238,8 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
 
     from bench.tuner import render, run_tuner_bench
+    from runners.cli import INPUT_ERRORS, one_line
     from runners.interrupt import Interrupted
-    from runners.run import INPUT_ERRORS, one_line
 
     if args.reuse_grid and args.space is not None:
         parser.error("--space chooses a grid to measure; with --reuse-grid the grid file's own space is replayed")

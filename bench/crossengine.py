@@ -22,13 +22,12 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.episode import run_episode
 from agents.loop import AgentConfig
-from agents.model import AgentModel, ModelReply
+from agents.recording import Conversation, RecordingModel, replay
 from bench.costs import bound
 from engine.engine import Engine, EngineConfig
 from engine.stats import GenerationStats
@@ -55,42 +54,6 @@ METHODS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass
-class Turn:
-    """One agent turn of a recorded conversation: what the model was given and what it answered."""
-
-    prompt: list[int]
-    max_new_tokens: int
-    reply: list[int]
-
-
-@dataclass
-class Conversation:
-    """The turns of one task, in order."""
-
-    instance_id: str
-    turns: list[Turn] = field(default_factory=list)
-
-
-class _Recorder:
-    """An AgentModel that passes through to another and records every turn."""
-
-    def __init__(self, inner: AgentModel, conversation: Conversation) -> None:
-        self.inner, self.conversation, self.name = inner, conversation, inner.name
-        self.context_limit = getattr(inner, "context_limit", None)
-
-    def begin(self, instance_id: str) -> None:
-        self.inner.begin(instance_id)
-
-    def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
-        answer = self.inner.reply(prompt_ids, messages, max_new_tokens)
-        self.conversation.turns.append(Turn(list(prompt_ids), max_new_tokens, list(answer.tokens)))
-        return answer
-
-    def end(self) -> None:
-        self.inner.end()
-
-
 def typical_context(conversations: list[Conversation]) -> list[int]:
     """The prompt of the turn at the reply-token-weighted median context length: where most decoding happens.
 
@@ -115,26 +78,12 @@ def record(models: Models, split: str, limit: int, progress) -> list[Conversatio
     conversations = []
     for i, instance in enumerate(instances):
         conversation = Conversation(instance.instance_id)
-        model = _Recorder(backend.agent_model(tokenizer, "reference", 0), conversation)
+        model = RecordingModel(backend.agent_model(tokenizer, "reference", 0), conversation)
         with owned_tempdir("crossengine-") as tmp:
             run_episode(instance, model, environment, tokenizer, AgentConfig(), Path(tmp) / "trajectory.json")
         conversations.append(conversation)
         progress(f"recorded {i + 1}/{len(instances)} {instance.instance_id}: {len(conversation.turns)} turns")
     return conversations
-
-
-def replay(model: AgentModel, conversation: Conversation) -> tuple[GenerationStats, int, bool]:
-    """Every turn of `conversation` through `model` in one session: (summed stats, turns equal, all equal)."""
-    model.begin(conversation.instance_id)
-    total, equal = GenerationStats(), 0
-    try:
-        for turn in conversation.turns:
-            answer = model.reply(turn.prompt, [], turn.max_new_tokens)
-            total = total + (answer.stats or GenerationStats())
-            equal += answer.tokens == turn.reply
-    finally:
-        model.end()
-    return total, equal, equal == len(conversation.turns)
 
 
 def decode_rate(stats: GenerationStats) -> float | None:
@@ -308,13 +257,13 @@ def run_crossengine_bench(
                 per_repeat = {e: GenerationStats() for e in backends}
                 for conversation in conversations:
                     for engine, backend in backends.items():
-                        stats, equal, whole = replay(backend.agent_model(tokenizer, engine, 0), conversation)
-                        per_repeat[engine] = per_repeat[engine] + stats
+                        done = replay(backend.agent_model(tokenizer, engine, 0), conversation)
+                        per_repeat[engine] = per_repeat[engine] + done.stats
                         if repeat == 0:
                             row = results[m][engine]
-                            row["stats"] = row["stats"] + stats
-                            row["turns_equal"] += equal
-                            row["conversations_equal"] += whole
+                            row["stats"] = row["stats"] + done.stats
+                            row["turns_equal"] += done.turns_equal
+                            row["conversations_equal"] += done.identical
                 for engine, stats in per_repeat.items():
                     results[m][engine]["rates"].append(decode_rate(stats))
                 progress(

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from agents.recording import first_divergence
 from bench.costs import limit_rows, paths_costs, synchronize
 from bench.prompts import PROMPTS, QUICK_PROMPTS, Prompt
 from engine.engine import Engine, EngineConfig
@@ -377,14 +378,6 @@ def summarise_acceptance(per_prompt: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ measuring
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """First index where a and b differ (a length difference counts), None if equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 class _Progress:

@@ -1,37 +1,41 @@
 """Speculation OFF vs ON over the same tasks in one process: the runner as a library.
 
-`Comparison` is what both `python -m runners.run` and the tuner drive: it takes already-loaded
-models (no reload per trial), optionally an OFF baseline measured earlier (once per study), and
+`Comparison` is what both `python -m runners.run` and the tuner drive: it takes a `Workload` (models
+loaded once, tasks, environment, agent limits, repeats), optionally OFF runs measured earlier, and
 yields one `TaskOutcome` per task and repeat as soon as both sides are known, so a caller can report
 it to a pruner or stop (closing the iterator stops after the current task). `skip` leaves out task
-runs already measured (a resumed run); the others keep the seeds they would have had.
+runs already measured (a resumed run); the others keep the seeds they would have had. `record=True`
+keeps OFF's conversations (every turn's prompt and reply) for a later replay (runners/replay.py).
 
-Measurement rules (DESIGN.md §6, the RTX 4060 study in the seeds): OFF and ON alternate task by
-task so machine drift hits both equally; an untimed warm-up runs first; every repeat starts with an
-empty suffix index, and OFF never feeds ON's index (separate engines); both sides use the same
-session seed per task, so greedy streams are directly comparable token by token.
+Measurement rules (DESIGN.md §6, the RTX 4060 study in the seeds): OFF and ON run task by task and
+take turns going first (task i of repeat r: OFF first when i + r is even), so machine drift hits both
+alike; an untimed warm-up runs first (a short generation per side, then one short agent episode per
+side on the first task: the task environment is built and every model path runs once at agent
+context lengths); every repeat starts with an empty suffix index, and OFF never feeds ON's index
+(separate engines); both sides use the same session seed per task, so greedy streams are directly
+comparable token by token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from agents.episode import run_episode
-from agents.loop import AgentConfig
+from agents.recording import Conversation, RecordingModel
 from engine.engine import EngineConfig
 from engine.stats import GenerationStats
-from runners.backends import Backend, ServerSettings, make_backend
+from runners.backends import Backend, make_backend
 from runners.config import baseline_config
-from runners.models import Models
 from runners.outcomes import SideRun, TaskOutcome
-from tasks.environment import TaskEnvironment
+from runners.workload import Workload
 from tasks.schema import Instance
 
 REPEAT_SEED_STRIDE = 1_000_003  # sampled runs get a different seed per repeat, the same for both sides
 WARMUP_PROMPT = "def fibonacci(n):\n    return"
+WARMUP_STEPS = 2  # turns of the untimed warm-up episode
 
 
 @dataclass
@@ -51,44 +55,36 @@ class Comparison:
 
     def __init__(
         self,
-        models: Models,
+        workload: Workload,
         candidate: EngineConfig | None,
-        instances: list[Instance],
-        environment: TaskEnvironment,
-        agent: AgentConfig,
         out_dir: Path,
         *,
-        repeats: int = 1,
-        warmup: bool = True,
         baseline: Baseline | None = None,
-        model_name: str = "model",
-        plain: EngineConfig | None = None,
         skip: Collection[tuple[str, int]] = (),
-        server: ServerSettings | None = None,
+        record: bool = False,
     ) -> None:
-        self.models = models
-        self.instances = instances
-        self.environment = environment
-        self.agent = agent
+        self.workload = workload
+        self.models = workload.models
+        self.instances = workload.instances
+        self.repeats = workload.repeats
         self.out_dir = Path(out_dir)
-        self.repeats = repeats
-        self.warmup = warmup
         self.baseline = baseline
-        self.model_name = model_name
         self.skip = set(skip)  # (instance_id, repeat) pairs not to run (already measured)
+        self.record = record  # keep OFF's conversations (SideRun.conversation)
+        self.events: list[tuple[str, str, int]] = []  # (side or "warm-up <side>", instance_id, repeat), in order
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
-        reference = candidate if candidate is not None else (plain or EngineConfig())
+        reference = candidate if candidate is not None else (workload.plain or EngineConfig())
         self.seed = reference.seed
         # Each side's decoder (runners/backends.py): the built-in engine, or a llama-server started on first use.
         self.baseline_engine: Backend | None = None
         if baseline is None:
-            self.baseline_engine = make_backend(baseline_config(reference), models, server)
+            self.baseline_engine = make_backend(baseline_config(reference), workload.models, workload.server)
         self.candidate_engine: Backend | None = None
         self.unsupported: str | None = None  # why the candidate cannot run on these models
         if candidate is not None:
             try:
                 # the engine keeps only what the drafter needs (Engine.needs)
-                self.candidate_engine = make_backend(candidate, models, server)
+                self.candidate_engine = make_backend(candidate, workload.models, workload.server)
             except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ, no MTP weights
                 self.unsupported = str(exc)
 
@@ -118,18 +114,21 @@ class Comparison:
 
     def describe(self) -> dict[str, Any]:
         """What decodes each side (runners/backends.py), for the summary."""
+        return {name: backend.describe() for name, backend in self.sides().items()}
+
+    def sides(self) -> dict[str, Backend]:
+        """The backends this comparison runs, by side."""
         sides = {"baseline": self.baseline_engine, "candidate": self.candidate_engine}
-        return {name: backend.describe() for name, backend in sides.items() if backend is not None}
+        return {name: backend for name, backend in sides.items() if backend is not None}
 
     def close(self) -> None:
         """Stop what the backends started (llama-server processes); a later run starts them again."""
-        for backend in (self.baseline_engine, self.candidate_engine):
-            if backend is not None:
-                backend.close()
+        for backend in self.sides().values():
+            backend.close()
 
     def _run(self) -> Iterator[TaskOutcome]:
-        if self.warmup and self.remaining():
-            self._warm_up()
+        if self.workload.warmup and self.remaining():
+            self.warm_up()
         for repeat in range(self.repeats):
             if self.candidate_engine is not None:
                 self.candidate_engine.reset()  # every repeat starts from the same drafter state
@@ -137,33 +136,50 @@ class Comparison:
                 if (instance.instance_id, repeat) in self.skip:
                     continue
                 seed = self.seed + index + REPEAT_SEED_STRIDE * repeat
+                runs: dict[str, SideRun | None] = {"baseline": None, "candidate": None}
                 if self.baseline is not None:
-                    base = self.baseline.runs.get((instance.instance_id, repeat))
-                else:
-                    base = self._episode("baseline", self.baseline_engine, instance, repeat, seed)
-                cand = None
-                if self.candidate_engine is not None:
-                    cand = self._episode("candidate", self.candidate_engine, instance, repeat, seed)
-                yield TaskOutcome(instance.instance_id, index, repeat, base, cand)
+                    runs["baseline"] = self.baseline.runs.get((instance.instance_id, repeat))
+                for side in side_order(index, repeat):
+                    backend = self.sides().get(side)
+                    if backend is not None:
+                        runs[side] = self.episode(side, backend, instance, repeat, seed)
+                yield TaskOutcome(instance.instance_id, index, repeat, runs["baseline"], runs["candidate"])
 
     def remaining(self) -> int:
         """Task runs this comparison will run (tasks x repeats, less `skip`)."""
         return sum((i.instance_id, repeat) not in self.skip for repeat in range(self.repeats) for i in self.instances)
 
-    def _warm_up(self) -> None:
-        """One short untimed generation per engine (first-call allocations, kernel selection)."""
+    def warm_up(self) -> None:
+        """Untimed: a short generation per side, then a short agent episode per side on the first task.
+
+        Each side forgets what it learned (the suffix index), so the measured runs start as without it.
+        """
         tokenizer = self.models.target.tokenizer
         prompt = tokenizer.encode(WARMUP_PROMPT)
-        for backend in (self.baseline_engine, self.candidate_engine):
-            if backend is not None:
-                backend.warm_up(prompt)  # and forgets it: the warm-up must not teach the suffix drafter anything
+        for backend in self.sides().values():
+            backend.warm_up(prompt)
+        if not self.instances:
+            return
+        instance = self.instances[0]
+        short = replace(self.workload.agent, max_steps=WARMUP_STEPS)
+        for side, backend in self.sides().items():
+            self.events.append((f"warm-up {side}", instance.instance_id, -1))
+            model = backend.agent_model(tokenizer, self.workload.model_name, self.seed)
+            run_episode(instance, model, self.workload.environment, tokenizer, short, None)
+            backend.reset()
 
-    def _episode(self, side: str, backend: Backend, instance: Instance, repeat: int, seed: int) -> SideRun:
+    def episode(self, side: str, backend: Backend, instance: Instance, repeat: int, seed: int) -> SideRun:
         """Run the agent on one task with one side's backend, then grade its final diff in a fresh sandbox."""
+        self.events.append((side, instance.instance_id, repeat))
         tokenizer = self.models.target.tokenizer
-        model = backend.agent_model(tokenizer, self.model_name, seed)
+        model = backend.agent_model(tokenizer, self.workload.model_name, seed)
+        conversation = None
+        if self.record and side == "baseline":
+            conversation = Conversation(instance.instance_id)
+            model = RecordingModel(model, conversation)
         trajectory = self.out_dir / "trajectories" / side / f"r{repeat}" / f"{instance.instance_id}.json"
-        episode = run_episode(instance, model, self.environment, tokenizer, self.agent, trajectory)
+        w = self.workload
+        episode = run_episode(instance, model, w.environment, tokenizer, w.agent, trajectory)
         result = episode.agent
         if episode.evaluation is not None:
             evaluation = episode.evaluation
@@ -186,4 +202,11 @@ class Comparison:
             stats=result.stats if result.stats is not None else GenerationStats(),
             generated_ids=list(result.generated_ids),
             trajectory=str(trajectory) if trajectory.exists() else None,
+            model_s=result.model_s,
+            conversation=conversation,
         )
+
+
+def side_order(index: int, repeat: int) -> tuple[str, str]:
+    """Which side of task `index` in `repeat` goes first: they take turns, so drift hits both alike."""
+    return ("baseline", "candidate") if (index + repeat) % 2 == 0 else ("candidate", "baseline")

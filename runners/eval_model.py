@@ -27,13 +27,14 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.loop import STATUSES as AGENT_STATUSES
+from runners.cli import CONF_DIR, run_command
 from runners.config import baseline_config, check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
 from runners.outcomes import SideRun
 from runners.outputs import RAW, dumps_strict, write_atomic, write_raw
 from runners.provenance import provenance
 from runners.report import table_console
-from runners.run import CONF_DIR, outcomes_in_order, prepare, run_command
+from runners.run import outcomes_in_order, prepare
 from runners.runfolder import plan, record_until_stopped
 from runners.summary import side_summary
 from runners.tracking import make_tracker

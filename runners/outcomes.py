@@ -5,18 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.recording import Conversation, first_divergence
 from engine.stats import GenerationStats
 
 SIDES = ("baseline", "candidate")  # speculation OFF, speculation ON
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """First position where two token streams differ (a shorter stream differs where it ends); None if equal."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return None if len(a) == len(b) else n
 
 
 @dataclass
@@ -38,6 +30,8 @@ class SideRun:
     stats: GenerationStats = field(default_factory=GenerationStats)
     generated_ids: list[int] = field(default_factory=list)  # every model token of the episode, in order
     trajectory: str | None = None  # path of the saved trajectory
+    model_s: float = 0.0  # of time_s, seconds inside the model's replies (generation); the rest is the agent's work
+    conversation: Conversation | None = None  # every turn's prompt and reply, when the run was recorded
 
     def to_dict(self, with_tokens: bool = False) -> dict[str, Any]:
         """JSON-ready (token streams only when asked: they are long)."""
@@ -56,8 +50,11 @@ class SideRun:
             "stats": self.stats.to_dict(),
             "trajectory": self.trajectory,
         }
+        out["model_s"] = self.model_s
         if with_tokens:
             out["generated_ids"] = list(self.generated_ids)
+            if self.conversation is not None:
+                out["conversation"] = self.conversation.to_dict()
         return out
 
 

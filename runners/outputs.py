@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agents.recording import Conversation
 from engine.stats import GenerationStats
 from export.files import dumps_strict, write_atomic
 from runners.outcomes import SIDES, SideRun, TaskOutcome
@@ -68,6 +69,8 @@ def side_run_from_row(row: Any) -> SideRun | None:
             stats=GenerationStats.from_dict(row["stats"]),
             generated_ids=[int(t) for t in row["generated_ids"]],
             trajectory=row.get("trajectory"),
+            model_s=float(row.get("model_s", 0.0)),
+            conversation=Conversation.from_dict(row["conversation"]) if row.get("conversation") else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -13,20 +13,17 @@ with neither is refused (exit 2). Bad configuration or input files: one line on 
 
 from __future__ import annotations
 
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
 from rich.console import Console
 
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
-from engine.loading import ModelNotFoundError
+from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.config import GIB, agent_config, check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
@@ -40,11 +37,10 @@ from runners.runfolder import plan, record_until_stopped
 from runners.server_setup import server_settings
 from runners.summary import summarize
 from runners.tracking import make_tracker
+from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.schema import Instance
-from tasks.suites import SuiteUnavailableError, load_suite
-
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+from tasks.suites import load_suite
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -96,20 +92,18 @@ def prepare(
         needs = drafter_needs(candidate.drafter) if candidate is not None else None
         wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
         server = server_settings(cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp)
-    comparison = Comparison(
+    workload = Workload(
         models,
-        candidate,
         instances,
         environment,
         agent_config(cfg.agent),
-        out_dir,
         repeats=cfg.run.repeats,
         warmup=cfg.run.warmup,
         model_name=cfg.model.name,
         plain=plain,
         server=server,
     )
-    return instances, models, out_dir, comparison
+    return instances, models, out_dir, Comparison(workload, candidate, out_dir)
 
 
 def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
@@ -251,32 +245,6 @@ def _log(tracker, summary, outcomes, paths, tags, status, console) -> None:
 
 
 register_configs()
-
-# Configuration and input problems: one line on stderr, exit 2 (Hydra's own errors stay Hydra's).
-INPUT_ERRORS = (ValueError, ModelNotFoundError, SuiteUnavailableError, MissingMandatoryValue)
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line."""
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def run_command(body, cfg: DictConfig) -> dict[str, Any]:
-    """Run a command body; bad input exits 2 with one line, an interruption 128 + the signal (130, 143)."""
-    try:
-        result = body(cfg)
-    except INPUT_ERRORS as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        sys.exit(2)
-    except Interrupted as exc:
-        print(f"interrupted: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted while writing the results; they may be incomplete", file=sys.stderr)
-        sys.exit(130)
-    if result.get("partial"):
-        sys.exit(128 + signal.Signals[result.get("interrupted") or "SIGINT"])
-    return result
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)

@@ -35,6 +35,7 @@ from runners.interrupt import GracefulStop, until_stopped
 from runners.models import Models
 from runners.outcomes import TaskOutcome
 from runners.summary import cost_ratios, summarize
+from runners.workload import Workload
 from tasks.environment import TaskEnvironment
 from tasks.sandbox.owner import owner_token
 from tasks.schema import Instance
@@ -142,19 +143,22 @@ class Objective:
             raise
 
     def _comparison(self, trial: optuna.Trial, candidate: EngineConfig | None) -> Comparison:
-        return Comparison(
+        workload = Workload(
             self.models,
-            candidate,
             self.instances,
             self.environment,
             self.agent,
-            self.study_dir / "trials" / f"{trial.number:04d}",
             repeats=self.repeats,
             warmup=self.warmup,
-            baseline=None if candidate is None else self.baseline.baseline,  # type: ignore[union-attr]
             model_name=self.model_name,
             plain=self.base,
             server=self.server,
+        )
+        return Comparison(
+            workload,
+            candidate,
+            self.study_dir / "trials" / f"{trial.number:04d}",
+            baseline=None if candidate is None else self.baseline.baseline,  # type: ignore[union-attr]
         )
 
     def _run(self, trial: optuna.Trial, comparison: Comparison, prune: bool) -> tuple[list[TaskOutcome], bool]:

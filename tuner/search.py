@@ -29,6 +29,7 @@ from rich.console import Console
 
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
+from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.config import agent_config, check_config
 from runners.interrupt import GracefulStop, Interrupted, until_stopped
@@ -36,9 +37,9 @@ from runners.models import load_models
 from runners.outputs import dumps_strict, write_atomic
 from runners.provenance import provenance
 from runners.report import table_console
-from runners.run import run_command
 from runners.server_setup import server_settings
 from runners.tracking import default_uri
+from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.suites import load_suite
 from tuner import constraints
@@ -53,7 +54,6 @@ from tuner.space import load_space
 from tuner.storage import describe_storage, open_storage
 from tuner.tracking import make_study_tracker
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 SUMMARY_FILE = "summary.json"
 TUNER_KEYS = ("space", "study", "tuner")  # the tuner's nodes; the rest is the runner's config
 
@@ -278,19 +278,18 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         agent = agent_config(cfg.agent)
         if record is not None and tuner.measure_drift and record.drift is None:
             t0 = time.monotonic()
-            again = Comparison(
+            work = Workload(
                 models,
-                None,
                 instances,
                 environment,
                 agent,
-                study_dir / "drift",
                 repeats=cfg.run.repeats,
                 warmup=False,
                 plain=base,
                 model_name=cfg.model.name,
                 server=server,
             )
+            again = Comparison(work, None, study_dir / "drift")
             end = [o.baseline for o in until_stopped(again, stop) if o.baseline is not None]
             if not stop.requested:
                 record.drift = drift(record, end)
@@ -362,18 +361,17 @@ def _confirmation(
         f"{len(held_out)} task(s) x {tuner.confirm_repeats} repeat(s), OFF vs ON live"
     )
     t0 = time.monotonic()
-    comparison = Comparison(
+    work = Workload(
         models,
-        engine,
         held_out,
         environment,
         agent,
-        study_dir / "confirm",
         repeats=tuner.confirm_repeats,
         warmup=cfg.run.warmup,
         model_name=cfg.model.name,
         server=server,
     )
+    comparison = Comparison(work, engine, study_dir / "confirm")
     result = confirm(comparison, until_stopped(comparison, stop), resamples=tuner.bootstrap_resamples, seed=0)
     result.update(trial=best.number, engine=asdict(engine), split=tuner.confirm_split)
     write_atomic(path, dumps_strict(result))

@@ -10,6 +10,7 @@ from agents.loop import AgentConfig
 from engine.engine import EngineConfig
 from runners.compare import Baseline, Comparison
 from runners.models import PROJECT_ROOT, load_models
+from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.suites import load_suite
 
@@ -45,18 +46,15 @@ def test_greedy_target_solves_an_instance_with_identical_tokens_under_speculatio
     defaults = AgentConfig()  # the runner's defaults (the agent node's schema)
     agent = AgentConfig(max_steps=defaults.max_steps, max_new_tokens=defaults.max_new_tokens)
     env = make_environment("swe-lite")
-    ngram = Comparison(models, EngineConfig(drafter="ngram"), [instance], env, agent, tmp_path / "ngram", warmup=False)
+    work = Workload(models, [instance], env, agent, warmup=False)
+    ngram = Comparison(work, EngineConfig(drafter="ngram"), tmp_path / "ngram")
     [first] = list(ngram)
     assert first.baseline.status == "submitted" and first.baseline.success, first.baseline.message
     assert first.candidate.success and first.first_divergence is None
     draft = Comparison(
-        models,
+        work,
         EngineConfig(drafter="draft_model"),
-        [instance],
-        env,
-        agent,
         tmp_path / "draft",
-        warmup=False,
         baseline=Baseline.from_outcomes([first]),
     )
     [second] = list(draft)
@@ -110,7 +108,7 @@ def test_bundled_mtp_module_solves_an_instance_with_the_identical_token_stream(t
         "mtp+ngram": EngineConfig(drafter="mtp+ngram", gamma=3, options={"ngram": {"min_match": 3}}),
     }
     for drafter, config in configs.items():
-        comparison = Comparison(models, config, [instance], env, agent, tmp_path / drafter, warmup=False)
+        comparison = Comparison(Workload(models, [instance], env, agent, warmup=False), config, tmp_path / drafter)
         [results[drafter]] = list(comparison)
     for drafter, outcome in results.items():
         assert outcome.baseline.success and outcome.candidate.success, drafter

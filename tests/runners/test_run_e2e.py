@@ -16,6 +16,7 @@ from runners.config import register_configs
 from runners.models import load_models
 from runners.run import agent_config, execute
 from runners.summary import SIDE_KEYS
+from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.suites import load_suite
 
@@ -153,20 +154,12 @@ def test_library_reuses_a_measured_baseline_and_stops_when_closed(tiny_dir, tmp_
     models = load_models(str(tiny_dir), None)
     instances = load_suite("swe-lite", "dev", limit=2)
     env = make_environment("swe-lite")
-    first = Comparison(models, None, instances[:1], env, agent_config(cfg.agent), tmp_path / "a", warmup=False)
+    work = Workload(models, instances, env, agent_config(cfg.agent), warmup=False)
+    first = Comparison(work.with_(instances=instances[:1]), None, tmp_path / "a")
     outcomes = list(first)
     assert len(outcomes) == 1 and outcomes[0].candidate is None and outcomes[0].baseline is not None
     candidate = engine_config(OmegaConf.create({**OmegaConf.to_container(cfg.engine), "drafter": "suffix"}))
-    second = Comparison(
-        models,
-        candidate,
-        instances,
-        env,
-        agent_config(cfg.agent),
-        tmp_path / "b",
-        warmup=False,
-        baseline=Baseline.from_outcomes(outcomes),
-    )
+    second = Comparison(work, candidate, tmp_path / "b", baseline=Baseline.from_outcomes(outcomes))
     assert second.baseline_engine is None  # OFF is not measured again
     iterator = iter(second)
     got = next(iterator)

@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from bench.crossengine import Conversation, Turn, predict, r_at, run_crossengine_bench, typical_context
+from agents.recording import Conversation, Turn
+from bench.crossengine import predict, r_at, run_crossengine_bench, typical_context
 from engine.stats import GenerationStats
 
 

@@ -13,8 +13,8 @@ import pytest
 from engine.engine import EngineConfig
 from export import llama_server, write_exports
 from serving.llama_server import LlamaServer
-from tests.serving.test_llama_server import MODELS
 from tests.export.test_export import CASES, make_record
+from tests.serving.test_llama_server import MODELS
 
 # A short function repeated: every lookup kind finds something to draft from
 REPEATED = (

@@ -1,0 +1,49 @@
+"""What every Hydra command shares: where conf/ is, which errors are the user's input, how a command exits.
+
+Configuration and input problems are one line on stderr and exit 2 (Hydra's own errors stay Hydra's); an
+interrupted command exits 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), also when it wrote a partial
+result.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from omegaconf.errors import MissingMandatoryValue
+
+from engine.loading import ModelNotFoundError
+from runners.interrupt import Interrupted
+from tasks.suites import SuiteUnavailableError
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+# Configuration and input problems: one line on stderr, exit 2.
+INPUT_ERRORS = (ValueError, ModelNotFoundError, SuiteUnavailableError, MissingMandatoryValue)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def run_command(body: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
+    """Run a command body; bad input exits 2 with one line, an interruption 128 + the signal (130, 143)."""
+    try:
+        result = body(cfg)
+    except INPUT_ERRORS as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted while writing the results; they may be incomplete", file=sys.stderr)
+        sys.exit(130)
+    if result.get("partial"):
+        sys.exit(128 + signal.Signals[result.get("interrupted") or "SIGINT"])
+    return result

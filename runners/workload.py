@@ -1,0 +1,36 @@
+"""What a measurement runs on: loaded models, tasks, where they run, the agent's limits, repeats, warm-up.
+
+One value shared by the runner's `Comparison`, the replayed comparison and the tuner's objective, so the
+same dozen arguments are not threaded through each of them by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agents.loop import AgentConfig
+from engine.engine import EngineConfig
+from runners.backends import ServerSettings
+from runners.models import Models
+from tasks.environment import TaskEnvironment
+from tasks.schema import Instance
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Models, tasks and how they are run: everything both sides of a comparison share."""
+
+    models: Models  # loaded once, shared by every backend
+    instances: list[Instance]  # the tasks, in the order they run
+    environment: TaskEnvironment  # workspaces, sandboxes, grading
+    agent: AgentConfig  # the agent's limits
+    repeats: int = 1  # every task runs this many times per side
+    warmup: bool = True  # an untimed warm-up before the first measured run
+    model_name: str = "model"  # label in trajectories and predictions
+    plain: EngineConfig | None = None  # OFF's sampling and backend when there is no candidate (default greedy)
+    server: ServerSettings | None = None  # engine.backend=llama-server: where its servers come from
+
+    def with_(self, **changes: Any) -> Workload:
+        """A copy with some fields changed (other tasks, other repeats, ...)."""
+        return replace(self, **changes)
