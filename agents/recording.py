@@ -15,11 +15,15 @@ length of the prefix it shares with them plus the new ids (`Conversation.to_dict
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.model import AgentModel, ModelReply
 from engine.stats import GenerationStats
+
+T = TypeVar("T")
+CLOCKS = ("wall", "cpu", "process_cpu", "gpu")  # what TurnClock measures (gpu on CUDA only)
 
 
 @dataclass
@@ -120,19 +124,115 @@ class Divergence:
 class Replayed:
     """What replaying one conversation measured."""
 
-    stats: GenerationStats  # the model's counters summed over the replayed turns
-    turns: int  # turns replayed
-    turns_equal: int  # of them, replies equal to the recording
-    wall_s: float  # wall seconds inside the model's replies
-    cpu_s: float  # CPU seconds of the replaying thread inside them
-    process_cpu_s: float  # CPU seconds of the whole process inside them (every compute thread)
+    stats: GenerationStats = field(default_factory=GenerationStats)  # the model's counters, summed over turns
+    turns: int = 0  # turns replayed
+    turns_equal: int = 0  # of them, replies equal to the recording
+    clocks: dict[str, float] = field(default_factory=dict)  # seconds inside the replies by clock (CLOCKS)
     divergence: Divergence | None = None  # the first differing reply, if any
     replies: list[list[int]] = field(default_factory=list)  # the replayed replies, in order
 
     @property
     def identical(self) -> bool:
-        """Every replayed turn equal to the recording (and none skipped)."""
+        """Every replayed turn equal to the recording."""
         return self.divergence is None
+
+    @property
+    def generated_ids(self) -> list[int]:
+        """Every replayed reply token, in order."""
+        return [t for reply in self.replies for t in reply]
+
+
+class TurnClock:
+    """Seconds spent inside model replies, on several clocks at once (CLOCKS).
+
+    wall: elapsed time; cpu: CPU time of the calling thread (the one that generates); process_cpu: CPU time of
+    every thread of the process (torch's compute threads included); gpu: CUDA event time on the current stream
+    (only with `cuda=True`). Under contention from other processes wall time grows while CPU time barely does.
+    """
+
+    def __init__(self, cuda: bool = False) -> None:
+        self.cuda = cuda
+        self.totals: dict[str, float] = dict.fromkeys(("wall", "cpu", "process_cpu", *(("gpu",) if cuda else ())), 0.0)
+
+    def time(self, call: Callable[[], T]) -> T:
+        """Run `call`, adding its duration to every clock."""
+        events = None
+        if self.cuda:
+            import torch
+
+            events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            events[0].record()
+        w0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+        try:
+            return call()
+        finally:
+            self.totals["wall"] += time.perf_counter() - w0
+            self.totals["cpu"] += time.thread_time() - c0
+            self.totals["process_cpu"] += time.process_time() - p0
+            if events is not None:
+                events[1].record()
+                events[1].synchronize()
+                self.totals["gpu"] += events[0].elapsed_time(events[1]) / 1000.0
+
+
+class ClockedModel:
+    """An AgentModel that passes every call through to another and times its replies on every clock."""
+
+    def __init__(self, inner: AgentModel, clock: TurnClock) -> None:
+        self.inner, self.clock, self.name = inner, clock, inner.name
+        self.context_limit = getattr(inner, "context_limit", None)
+
+    def begin(self, instance_id: str) -> None:
+        """Begin the task on the inner model."""
+        self.inner.begin(instance_id)
+
+    def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
+        """The inner model's reply, timed."""
+        return self.clock.time(lambda: self.inner.reply(prompt_ids, messages, max_new_tokens))
+
+    def end(self) -> None:
+        """End the task on the inner model."""
+        self.inner.end()
+
+
+class Replayer:
+    """One model replaying one recorded conversation, a turn at a time (so two replayers can take turns)."""
+
+    def __init__(self, model: AgentModel, conversation: Conversation, *, cuda: bool = False) -> None:
+        self.model, self.conversation = model, conversation
+        self.clock = TurnClock(cuda)
+        self.result = Replayed(clocks=self.clock.totals)
+        self._offset = 0  # reply tokens of the turns before the next one
+
+    def begin(self) -> None:
+        """Start the task (a fresh session)."""
+        self.model.begin(self.conversation.instance_id)
+
+    def step(self, index: int) -> bool:
+        """Replay turn `index` (turns go in order); True when its reply equals the recording."""
+        turn = self.conversation.turns[index]
+        answer = self.clock.time(lambda: self.model.reply(turn.prompt, [], turn.max_new_tokens))
+        r = self.result
+        r.stats = r.stats + (answer.stats or GenerationStats())
+        r.replies.append(list(answer.tokens))
+        r.turns += 1
+        position = first_divergence(turn.reply, answer.tokens)
+        if position is None:
+            r.turns_equal += 1
+        elif r.divergence is None:
+            r.divergence = Divergence(
+                turn=index,
+                position=position,
+                generated_position=self._offset + position,
+                recorded=turn.reply[position] if position < len(turn.reply) else None,
+                replayed=answer.tokens[position] if position < len(answer.tokens) else None,
+            )
+        self._offset += len(turn.reply)
+        return position is None
+
+    def end(self) -> None:
+        """End the task (the session and its KV are released)."""
+        self.model.end()
 
 
 def replay(
@@ -143,37 +243,15 @@ def replay(
     `stop_at_divergence`: stop after the first reply that differs from the recording (the recorded prompts
     after it assume the recorded reply).
     """
-    total, equal, replies = GenerationStats(), 0, []
-    wall = cpu = process = 0.0
-    divergence = None
-    offset = 0
-    model.begin(conversation.instance_id)
+    replayer = Replayer(model, conversation)
+    replayer.begin()
     try:
-        for index, turn in enumerate(conversation.turns[:turns]):
-            w0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
-            answer = model.reply(turn.prompt, [], turn.max_new_tokens)
-            wall += time.perf_counter() - w0
-            cpu += time.thread_time() - c0
-            process += time.process_time() - p0
-            total = total + (answer.stats or GenerationStats())
-            replies.append(list(answer.tokens))
-            position = first_divergence(turn.reply, answer.tokens)
-            if position is None:
-                equal += 1
-            elif divergence is None:
-                divergence = Divergence(
-                    turn=index,
-                    position=position,
-                    generated_position=offset + position,
-                    recorded=turn.reply[position] if position < len(turn.reply) else None,
-                    replayed=answer.tokens[position] if position < len(answer.tokens) else None,
-                )
-                if stop_at_divergence:
-                    break
-            offset += len(turn.reply)
+        for index in range(len(conversation.turns[:turns])):
+            if not replayer.step(index) and stop_at_divergence:
+                break
     finally:
-        model.end()
-    return Replayed(total, len(replies), equal, wall, cpu, process, divergence, replies)
+        replayer.end()
+    return replayer.result
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

@@ -56,7 +56,8 @@ def _ids(value: Any) -> str:
     return f"{len(ids)}" + (f" ({', '.join(ids)})" if ids else "")
 
 
-def _confirmed(c: dict[str, Any]) -> list[str]:
+def confirmed_lines(c: dict[str, Any]) -> list[str]:
+    """The confirmation's figures as a markdown table (or why there are none)."""
     if not c or (c.get("speedup") is None and not c.get("speedup_repeats")):
         return ["Not confirmed: the tuner exported this configuration without a confirmation run."]
     sps = c.get("seconds_per_success") or {}
@@ -99,7 +100,8 @@ def _commands(record: ExportRecord, folder: Path) -> list[str]:
     ]
 
 
-def _mappings(rows: list[Mapping]) -> list[str]:
+def mapping_lines(rows: list[Mapping]) -> list[str]:
+    """The Mapping rows as a markdown table."""
     lines = ["| setting | target | maps | reason |", "|---|---|---|---|"]
     for r in rows:
         reason = r.reason.replace("|", "\\|")
@@ -107,7 +109,8 @@ def _mappings(rows: list[Mapping]) -> list[str]:
     return lines
 
 
-def _costs(ratios: dict[str, Any] | None, backend: str = "builtin") -> list[str]:
+def cost_lines(ratios: dict[str, Any] | None, backend: str = "builtin") -> list[str]:
+    """The cost ratios R and C behind the speedup, and what they mean for another engine."""
     if not ratios:
         return ["spectune recorded no cost ratios for this configuration."]
     r, c = ratios.get("verify_over_step"), ratios.get("draft_over_verify")
@@ -161,7 +164,7 @@ def render(record: ExportRecord, rows: list[Mapping], folder: Path) -> str:
         "",
         "## Confirmed numbers",
         "",
-        *_confirmed(record.confirmed or {}),
+        *confirmed_lines(record.confirmed or {}),
         "",
         "## Files",
         "",
@@ -169,13 +172,13 @@ def render(record: ExportRecord, rows: list[Mapping], folder: Path) -> str:
         "",
         "## How each setting maps",
         "",
-        *_mappings(rows),
+        *mapping_lines(rows),
         "",
         "## What transfers",
         "",
         TRANSFERS,
         "",
-        *_costs(record.cost_ratios, record.engine.backend),
+        *cost_lines(record.cost_ratios, record.engine.backend),
         "",
         TOKENS,
     ]

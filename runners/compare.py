@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.episode import run_episode
-from agents.recording import Conversation, RecordingModel
+from agents.model import AgentModel
+from agents.recording import ClockedModel, Conversation, RecordingModel, TurnClock
 from engine.engine import EngineConfig
 from engine.stats import GenerationStats
 from runners.backends import Backend, make_backend
@@ -36,6 +37,17 @@ from tasks.schema import Instance
 REPEAT_SEED_STRIDE = 1_000_003  # sampled runs get a different seed per repeat, the same for both sides
 WARMUP_PROMPT = "def fibonacci(n):\n    return"
 WARMUP_STEPS = 2  # turns of the untimed warm-up episode
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a comparison ran: a warm-up, an agent episode, or a replayed turn."""
+
+    kind: str  # warm-up | episode | turn
+    side: str  # baseline | candidate
+    instance_id: str
+    repeat: int  # -1 for a warm-up
+    turn: int | None = None  # the replayed turn
 
 
 @dataclass
@@ -71,7 +83,7 @@ class Comparison:
         self.baseline = baseline
         self.skip = set(skip)  # (instance_id, repeat) pairs not to run (already measured)
         self.record = record  # keep OFF's conversations (SideRun.conversation)
-        self.events: list[tuple[str, str, int]] = []  # (side or "warm-up <side>", instance_id, repeat), in order
+        self.events: list[Event] = []  # what ran, in order (the interleaving, for reports and tests)
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
         reference = candidate if candidate is not None else (workload.plain or EngineConfig())
         self.seed = reference.seed
@@ -163,16 +175,17 @@ class Comparison:
         instance = self.instances[0]
         short = replace(self.workload.agent, max_steps=WARMUP_STEPS)
         for side, backend in self.sides().items():
-            self.events.append((f"warm-up {side}", instance.instance_id, -1))
+            self.events.append(Event("warm-up", side, instance.instance_id, -1))
             model = backend.agent_model(tokenizer, self.workload.model_name, self.seed)
             run_episode(instance, model, self.workload.environment, tokenizer, short, None)
             backend.reset()
 
     def episode(self, side: str, backend: Backend, instance: Instance, repeat: int, seed: int) -> SideRun:
         """Run the agent on one task with one side's backend, then grade its final diff in a fresh sandbox."""
-        self.events.append((side, instance.instance_id, repeat))
+        self.events.append(Event("episode", side, instance.instance_id, repeat))
         tokenizer = self.models.target.tokenizer
-        model = backend.agent_model(tokenizer, self.workload.model_name, seed)
+        clock = TurnClock(cuda=self.models.target.device.type == "cuda")
+        model: AgentModel = ClockedModel(backend.agent_model(tokenizer, self.workload.model_name, seed), clock)
         conversation = None
         if self.record and side == "baseline":
             conversation = Conversation(instance.instance_id)
@@ -204,6 +217,7 @@ class Comparison:
             trajectory=str(trajectory) if trajectory.exists() else None,
             model_s=result.model_s,
             conversation=conversation,
+            clocks=dict(clock.totals),
         )
 
 

@@ -32,6 +32,16 @@ class SideRun:
     trajectory: str | None = None  # path of the saved trajectory
     model_s: float = 0.0  # of time_s, seconds inside the model's replies (generation); the rest is the agent's work
     conversation: Conversation | None = None  # every turn's prompt and reply, when the run was recorded
+    clocks: dict[str, float] = field(default_factory=dict)  # generation seconds by clock (agents.recording.CLOCKS)
+
+    def generation_s(self, clock: str = "wall") -> float:
+        """Seconds inside the model's replies on `clock` (wall: model_s)."""
+        return self.clocks.get(clock, self.model_s) if clock != "wall" else self.model_s
+
+    def time_on(self, clock: str = "wall") -> float:
+        """The run's agent time with its generation measured on `clock`: the agent's own work (tools, parsing,
+        prompts) in wall seconds plus generation on `clock` (wall: `time_s` itself)."""
+        return self.time_s - self.model_s + self.generation_s(clock)
 
     def to_dict(self, with_tokens: bool = False) -> dict[str, Any]:
         """JSON-ready (token streams only when asked: they are long)."""
@@ -51,6 +61,7 @@ class SideRun:
             "trajectory": self.trajectory,
         }
         out["model_s"] = self.model_s
+        out["clocks"] = dict(self.clocks)
         if with_tokens:
             out["generated_ids"] = list(self.generated_ids)
             if self.conversation is not None:

@@ -70,6 +70,7 @@ def side_run_from_row(row: Any) -> SideRun | None:
             generated_ids=[int(t) for t in row["generated_ids"]],
             trajectory=row.get("trajectory"),
             model_s=float(row.get("model_s", 0.0)),
+            clocks={str(k): float(v) for k, v in (row.get("clocks") or {}).items()},
             conversation=Conversation.from_dict(row["conversation"]) if row.get("conversation") else None,
         )
     except (KeyError, TypeError, ValueError):

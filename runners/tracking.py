@@ -31,6 +31,10 @@ TAG_VALUE_LIMIT = 5000  # below every MLflow version's limit (5000 in 1.x, 8000 
 _BAD_KEY_CHARS = re.compile(r"[^\w./\- ]")
 # Loggers that print table creation and migrations when a new sqlite database is opened.
 _NOISY_LOGGERS = ("mlflow.store.db.utils", "alembic")
+# MLflow 3's experiment kind (an experiment tag): spectune's experiments hold training-style runs (parameters and
+# metrics), not GenAI traces. The values are the UI's ExperimentKind enum ("Machine learning" in its selector).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
 Points = list[tuple[int, float]]  # a metric's (step, value) pairs
 
 
@@ -256,14 +260,16 @@ class MlflowTracker:
         self._finished = False
 
     def _experiment(self, name: str, db: Path | None) -> str:
-        """The id of the named experiment, created if missing (artifacts beside a sqlite database)."""
+        """The id of the named experiment, created if missing (artifacts beside a sqlite database), kind: training."""
         from mlflow.exceptions import MlflowException
 
         found = self._client.get_experiment_by_name(name)
         if found is None:
             location = (db.parent / ARTIFACTS_DIR).as_uri() if db is not None else None
             try:
-                return self._client.create_experiment(name, artifact_location=location)
+                return self._client.create_experiment(
+                    name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND}
+                )
             except MlflowException:
                 # Another process may have created it in between; if not, the original error stands.
                 found = self._client.get_experiment_by_name(name)
@@ -274,6 +280,10 @@ class MlflowTracker:
                 f"MLflow experiment {name!r} is deleted in {self.uri}; restore it "
                 f"(mlflow experiments restore --experiment-id {found.experiment_id}) or set tracking.experiment"
             )
+        # An experiment made before the kind was set (or by hand) gets it on reopening; a kind someone chose
+        # deliberately is theirs and stays.
+        if EXPERIMENT_KIND_TAG not in found.tags:
+            self._client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return found.experiment_id
 
     @property

@@ -1,8 +1,10 @@
-"""The study's speculation-OFF baseline: measured once (trial 0), kept in baseline.json, reused on resume.
+"""The study's recording: speculation OFF run live once (trial 0), its agent conversations kept in baseline.json.
 
-baseline.json holds every OFF task run (token streams and diffs included, as repeats.jsonl rows), so a
-resumed study rebuilds the exact `Baseline` every candidate is compared with instead of re-measuring
-it. The end-of-study re-measurement ("drift") is appended under `drift`.
+baseline.json holds every OFF task run with its conversation (every turn's prompt and reply), token stream,
+diff, agent time and generation time, so candidate trials replay exactly these turns (runners/replay.py) and
+a resumed study reuses them instead of recording again. Its seconds per success is the study's reference:
+a trial's objective value is this reference divided by the trial's own paired speedup (tuner/objective.py),
+so no trial is ever compared with this OFF's timing directly.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.compare import Baseline
 from runners.outcomes import SideRun, TaskOutcome
 from runners.outputs import dumps_strict, raw_row, side_run_from_row, write_atomic
 from runners.summary import side_summary
@@ -28,16 +29,21 @@ class BaselineRecord:
     repeats: int
     instance_ids: list[str]  # the study's (shuffled) task order
     trial_number: int | None = None  # the Optuna trial that measured it
-    drift: dict[str, Any] | None = None  # the end-of-study re-measurement, when done
+    host: str | None = None  # the machine it was recorded on
     summary: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
         self.summary = side_summary(self.runs, self.repeats)
 
     @property
-    def baseline(self) -> Baseline:
-        """The runner's `Baseline` for `Comparison(baseline=...)`."""
-        return Baseline({(r.instance_id, r.repeat): r for r in self.runs})
+    def recording(self) -> dict[tuple[str, int], SideRun]:
+        """The recorded runs by (instance_id, repeat), what `ReplayComparison` replays."""
+        return {(r.instance_id, r.repeat): r for r in self.runs}
+
+    @property
+    def replayable(self) -> bool:
+        """Every run kept its conversation."""
+        return all(r.conversation is not None for r in self.runs)
 
     @property
     def needed_context(self) -> int:
@@ -56,8 +62,8 @@ class BaselineRecord:
             "repeats": self.repeats,
             "instance_ids": self.instance_ids,
             "trial_number": self.trial_number,
+            "host": self.host,
             "summary": {k: v for k, v in self.summary.items() if k != "per_position"},
-            "drift": self.drift,
             "runs": [raw_row(r) for r in self.runs],
         }
         write_atomic(path, dumps_strict(data))
@@ -79,29 +85,15 @@ def load_baseline(study_dir: Path) -> BaselineRecord | None:
             repeats=int(data["repeats"]),
             instance_ids=list(data["instance_ids"]),
             trial_number=data.get("trial_number"),
-            drift=data.get("drift"),
+            host=data.get("host"),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a spectune baseline ({exc}); delete it to re-measure OFF") from exc
 
 
 def record_from_outcomes(
-    outcomes: list[TaskOutcome], repeats: int, instance_ids: list[str], trial_number: int | None
+    outcomes: list[TaskOutcome], repeats: int, instance_ids: list[str], trial_number: int | None, host: str | None
 ) -> BaselineRecord:
     """A BaselineRecord from the OFF side of finished outcomes."""
     runs = [o.baseline for o in sorted(outcomes, key=lambda o: (o.repeat, o.index)) if o.baseline is not None]
-    return BaselineRecord(runs, repeats, instance_ids, trial_number)
-
-
-def drift(start: BaselineRecord, end_runs: list[SideRun]) -> dict[str, Any]:
-    """How much OFF changed between the study's start and end (positive: the machine got slower)."""
-    end = side_summary(end_runs, start.repeats)
-    end_time = sum(r.time_s for r in end_runs)
-    a, b = start.summary["seconds_per_success"], end["seconds_per_success"]
-    return {
-        "agent_time_s": {"start": start.agent_time_s, "end": end_time},
-        "agent_time_pct": 100.0 * (end_time / start.agent_time_s - 1.0) if start.agent_time_s else None,
-        "seconds_per_success": {"start": a, "end": b},
-        "seconds_per_success_pct": 100.0 * (b / a - 1.0) if a and b else None,
-        "successes": {"start": start.summary["successes"], "end": end["successes"]},
-    }
+    return BaselineRecord(runs, repeats, instance_ids, trial_number, host)

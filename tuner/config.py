@@ -33,7 +33,8 @@ class StudyConf:
     name: str = MISSING  # runs/<name>/ holds the storage and every output; the same name resumes
     storage: str | None = None  # null | sqlite: runs/<name>/study.db; journal: runs/<name>/journal.log; or an RDB URL
     seed: int = 0  # sampler seed and the per-study task order
-    startup_trials: int = 4  # random trials before TPE models the space
+    sampler: str = "tpe"  # tpe | gp | random (python -m bench tuner compares them on measured grids)
+    startup_trials: int = 4  # random trials before TPE / GP model the space
     pruner: str = "wilcoxon"  # wilcoxon | none
     prune_p: float = 0.1  # WilcoxonPruner p_threshold
     prune_startup_steps: int = 2  # tasks a trial runs before it may be pruned
@@ -52,8 +53,12 @@ class TunerConf:
     confirm_split: str = "test"  # held-out split for the confirmation
     confirm_limit: int | None = 10  # tasks of the confirmation (a `spread` subset); null = the whole split
     confirm_repeats: int = 3  # repeats of the confirmation (>= 3 for a spread)
-    measure_drift: bool = True  # re-measure OFF at the end and report the drift against the start
-    bootstrap_resamples: int = 2000  # resamples of the confirmation's interval over tasks
+    bootstrap_resamples: int = 2000  # resamples of the confirmation's and each trial's interval over tasks
+    measure: str = "auto"  # auto: replay recorded turns where exact and greedy, else live | replay | live
+    clock: str = "wall"  # wall | cpu: the clock a trial's generation time is read on (both are recorded)
+    revisit: str = "skip"  # a parameter set measured before: skip (reuse its value) | repeat (pool more repeats)
+    serve: Any = None  # null: every server | a server name or list (llama-server, vllm, sglang): only what they run
+    min_speedup: float = 1.0  # export speculation ON only when the confirmed interval's lower end exceeds this
 
 
 @dataclass

@@ -42,17 +42,19 @@ class MemoryFacts:
     mtp_weight_bytes: int = 0  # the loaded MTP module's own tensors (the full LM head and embedding are the target's)
 
 
-def memory_facts(cfg: Any, models: Any, draft: str | None) -> MemoryFacts:
-    """The memory model's facts for a composed config and its loaded models (`draft`: the draft folder in use)."""
-    target = model_shape(cfg.model.target)
+def memory_facts(
+    target_path: str, models: Any, draft: str | None, *, vram_gib: float, overhead_gib: float = 0.0
+) -> MemoryFacts:
+    """The memory model's facts for the loaded models (`draft`: the draft folder in use) under a VRAM ceiling."""
+    target = model_shape(target_path)
     dtype = str(next(models.target.model.parameters()).dtype).removeprefix("torch.")
     mtp = getattr(models, "mtp", None)
     return MemoryFacts(
         target=target,
         draft=model_shape(draft) if draft else None,
         dtype=dtype,
-        ceiling_bytes=int(cfg.hardware.vram_gib * GIB),
-        overhead_bytes=int(cfg.hardware.runtime_overhead_gib * GIB),
+        ceiling_bytes=int(vram_gib * GIB),
+        overhead_bytes=int(overhead_gib * GIB),
         measured_on_cuda=models.target.device.type == "cuda",
         mtp_weight_bytes=mtp_weight_bytes(target, dtype, mtp.config.draft_vocab_size) if mtp is not None else 0,
     )

@@ -1,22 +1,34 @@
-"""One trial: the baseline (trial 0, speculation OFF) or a candidate from the space, run through `Comparison`.
+"""One trial: the recording (trial 0, OFF live) or a candidate measured paired with OFF inside the trial itself.
 
-The objective is the runner's `seconds_per_success` of the candidate on the search tasks (median over
-repeats), minimised. After each task the trial reports that task's paired value, candidate seconds ÷
-OFF seconds for the same task and repeat, with the task's stable position as the step: a ratio, not
-seconds, so a long task and a short one weigh alike in the Wilcoxon signed-rank test the pruner runs
-against the best trial. How a trial ends (Optuna state, `reason` user attribute):
-- COMPLETE: every task ran; value = seconds per success, `inf` when nothing succeeded (recorded,
-  infeasible through the `no_success` constraint, never a crash and never a zero);
-- PRUNED: the pruner stopped it; `tasks_run` says after how many task runs;
-- FAIL with reason `unsupported: ...`: the loaded models cannot run this configuration (never "slow");
-- FAIL with reason `error: ...`: an exception inside the trial (a drafter crash, CUDA OOM); the study goes on;
-- FAIL with reason `interrupted`: Ctrl-C/SIGTERM after the task in flight; the next run re-queues it.
+No trial is compared with an OFF measured at another time. Trial 0 runs OFF live on the search tasks and
+records its agent conversations (tuner/baseline.py); its seconds per success is the study's *reference*. A
+candidate trial measures OFF again, interleaved with the candidate, and the trial's speedup is the paired
+ratio OFF ÷ ON of that trial (the median over repeats of each repeat's ratio of seconds per success):
+- replay (tuner.measure=auto with exact acceptance and greedy decoding, or replay): both sides replay every
+  recorded turn, taking turns at each one (runners/replay.py); a reply that differs from the recording is
+  kept as a divergence and that task runs live instead;
+- live (sampling, a lossy rule, or tuner.measure=live): both sides run the real agent task by task, taking
+  turns on which goes first (runners/compare.py).
+The objective value, minimised, is the reference ÷ the trial's paired speedup: seconds per success at the
+recording's OFF speed, so drift between trials cancels. After each task the trial reports that task's paired
+ratio (candidate ÷ OFF time, same trial) at the task's stable position for the Wilcoxon pruner. The interval
+of a trial's speedup is a bootstrap over tasks (tuner/confirm.py's, pooled seconds per success).
+
+A parameter set measured before is not measured again: with `tuner.revisit=skip` the trial reuses the earlier
+trial's value and state (`duplicate_of`, `reused`) and queues an unmeasured point of the same drafter when its
+sub-space is finite; with `repeat` it is measured and its estimate pooled with the earlier ones.
+
+How a trial ends (Optuna state, `reason` user attribute): COMPLETE (value `inf` when nothing succeeded:
+infeasible through `no_success`, never zero); PRUNED; FAIL with `unsupported: ...` (the models cannot run it),
+`error: ...` (an exception; the study goes on), `interrupted` (re-queued on resume) or `duplicate of running
+trial N` (another worker is measuring the same point).
 """
 
 from __future__ import annotations
 
 import math
 import socket
+import statistics
 import traceback
 from collections.abc import Callable
 from contextlib import closing
@@ -26,24 +38,53 @@ from typing import Any
 
 import optuna
 import torch
+from optuna.trial import FrozenTrial, TrialState
 
-from agents.loop import AgentConfig
-from engine.engine import EngineConfig
-from runners.backends import ServerSettings
+from engine.engine import Engine, EngineConfig
+from export.fit import fits
 from runners.compare import Comparison
 from runners.interrupt import GracefulStop, until_stopped
-from runners.models import Models
 from runners.outcomes import TaskOutcome
+from runners.replay import ReplayComparison
 from runners.summary import cost_ratios, summarize
-from runners.workload import Workload
-from tasks.environment import TaskEnvironment
 from tasks.sandbox.owner import owner_token
-from tasks.schema import Instance
 from tuner import constraints
+from tuner import study as studies
 from tuner.baseline import BaselineRecord, record_from_outcomes
-from tuner.space import Space, suggest
+from tuner.confirm import per_repeat_speedups, speedup_interval
+from tuner.points import drafter_points, pick
+from tuner.setup import TuneSetup
+from tuner.space import suggest
 
-ROLE = "role"  # user attribute: baseline | candidate
+ROLE = studies.ROLE
+# Figures a duplicate copies from the trial it repeats (what the table, MLflow and the winners read).
+COPIED = (
+    "engine",
+    "seconds_per_success",
+    "off_seconds_per_success",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "speedup_repeats",
+    "measure",
+    "success_rate",
+    "successes",
+    "tasks_run",
+    "tasks_total",
+    "acceptance_rate",
+    "mean_accepted_length",
+    "acceptance_by_position",
+    "decode_tokens_per_s",
+    "memory_bytes",
+    "memory_estimate_bytes",
+    "memory_source",
+    "largest_context",
+    "max_context_tokens",
+    "regressions",
+    "diverged_tasks",
+    "server_fit",
+    "cost_ratios",
+)
 
 
 class UnsupportedConfiguration(Exception):
@@ -58,69 +99,47 @@ class TrialInterrupted(Exception):
     """A stop was requested during the trial; it is recorded as FAIL and re-queued on resume."""
 
 
-def settings_from(cfg: Any) -> dict[str, Any]:
-    """The Objective arguments a composed tune config decides (agent limits, repeats, warm-up, quality, names)."""
-    from runners.config import agent_config
+class DuplicateRunning(Exception):
+    """Another worker is measuring the same parameter set right now."""
 
-    return {
-        "agent": agent_config(cfg.agent),
-        "repeats": cfg.run.repeats,
-        "warmup": cfg.run.warmup,
-        "max_regressions": cfg.tuner.max_regressions,
-        "model_name": cfg.model.name,
-    }
+
+class FinishClaim(Exception):
+    """A worker's claim on finishing the study was popped as a trial (it is not one)."""
+
+
+def measure_mode(setting: str, config: EngineConfig, lossy: bool) -> str:
+    """replay or live for a candidate: replay needs exact acceptance and greedy decoding."""
+    if setting == "live" or lossy or config.temperature > 0:
+        return "live"
+    return "replay"
 
 
 class Objective:
-    """Callable for `study.optimize`: models, tasks and the baseline are loaded once and shared by every trial."""
+    """Callable for `study.optimize`: models, tasks and the recording are loaded once and shared by every trial."""
 
     def __init__(
         self,
+        setup: TuneSetup,
         *,
-        models: Models,
-        instances: list[Instance],
-        environment: TaskEnvironment,
-        agent: AgentConfig,
-        space: Space,
-        base: EngineConfig,
-        study_dir: Path,
-        repeats: int,
-        warmup: bool,
-        memory: constraints.MemoryFacts,
-        max_regressions: int,
         stop: GracefulStop,
-        model_name: str = "model",
         baseline: BaselineRecord | None = None,
         on_task: Callable[[int, int, int], None] | None = None,
-        on_baseline: Callable[[BaselineRecord], None] | None = None,
-        server: ServerSettings | None = None,
     ) -> None:
-        self.models = models
-        self.instances = instances
-        self.environment = environment
-        self.agent = agent
-        self.space = space
-        self.base = base
-        self.study_dir = study_dir
-        self.repeats = repeats
-        self.warmup = warmup
-        self.memory = memory
-        self.max_regressions = max_regressions
+        self.setup = setup
+        self.workload = setup.workload
         self.stop = stop
-        self.model_name = model_name
         self.baseline = baseline
         self.on_task = on_task or (lambda number, done, total: None)
-        self.on_baseline = on_baseline or (lambda record: None)
-        self.server = server  # engine.backend=llama-server: where its servers come from
+        self._points: dict[str, list[dict[str, Any]] | None] | None = None
 
     @property
     def total(self) -> int:
         """Task runs of one complete trial."""
-        return len(self.instances) * self.repeats
+        return len(self.workload.instances) * self.workload.repeats
 
     def step(self, outcome: TaskOutcome) -> int:
         """The task's stable position in the study (its index in the shuffled order, repeat by repeat)."""
-        return outcome.repeat * len(self.instances) + outcome.index
+        return outcome.repeat * len(self.workload.instances) + outcome.index
 
     def __call__(self, trial: optuna.Trial) -> float:
         """Run one trial; see the module docstring for how each ending is recorded."""
@@ -131,8 +150,11 @@ class Objective:
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("reason", None)
         try:
+            if role == "finish":
+                trial.set_user_attr("reason", "a claim on finishing the study, not a trial")
+                raise FinishClaim("popped a finish claim")
             return self._baseline(trial) if role == "baseline" else self._candidate(trial)
-        except (optuna.TrialPruned, TrialInterrupted, UnsupportedConfiguration):
+        except (optuna.TrialPruned, TrialInterrupted, UnsupportedConfiguration, DuplicateRunning, FinishClaim):
             raise
         except Exception as exc:
             if isinstance(exc, torch.cuda.OutOfMemoryError):
@@ -142,31 +164,21 @@ class Objective:
             trial.set_user_attr("traceback", traceback.format_exc()[-4000:])
             raise
 
-    def _comparison(self, trial: optuna.Trial, candidate: EngineConfig | None) -> Comparison:
-        workload = Workload(
-            self.models,
-            self.instances,
-            self.environment,
-            self.agent,
-            repeats=self.repeats,
-            warmup=self.warmup,
-            model_name=self.model_name,
-            plain=self.base,
-            server=self.server,
-        )
-        return Comparison(
-            workload,
-            candidate,
-            self.study_dir / "trials" / f"{trial.number:04d}",
-            baseline=None if candidate is None else self.baseline.baseline,  # type: ignore[union-attr]
-        )
+    def _dir(self, trial: optuna.Trial) -> Path:
+        return self.setup.study_dir / "trials" / f"{trial.number:04d}"
 
     def _run(self, trial: optuna.Trial, comparison: Comparison, prune: bool) -> tuple[list[TaskOutcome], bool]:
-        """Outcomes task by task, reported to the pruner; (outcomes, pruned)."""
+        """Outcomes task by task, each side timed on the study's clock, reported to the pruner; (outcomes, pruned)."""
         outcomes: list[TaskOutcome] = []
         values: list[list[float]] = []
+        clock = self.setup.tuner.clock
+        replayed = isinstance(comparison, ReplayComparison)
         with closing(until_stopped(comparison, self.stop)) as stream:
             for outcome in stream:
+                if not replayed:  # replayed runs are timed on the clock already
+                    for run in (outcome.baseline, outcome.candidate):
+                        if run is not None:
+                            run.time_s = run.time_on(clock)
                 outcomes.append(outcome)
                 _raise_if_crashed(outcome)
                 ratio = 1.0 if outcome.candidate is None else outcome.time_ratio()
@@ -185,27 +197,31 @@ class Objective:
         return outcomes, False
 
     def _baseline(self, trial: optuna.Trial) -> float:
-        comparison = self._comparison(trial, None)
+        """Trial 0: OFF live on the search tasks, every conversation recorded."""
+        comparison = Comparison(self.workload, None, self._dir(trial), record=True)
         trial.set_user_attr("engine", asdict(comparison.baseline_engine.config))  # type: ignore[union-attr]
+        trial.set_user_attr("measure", "recording")
         outcomes, _ = self._run(trial, comparison, prune=False)
-        record = record_from_outcomes(outcomes, self.repeats, [i.instance_id for i in self.instances], trial.number)
-        record.save(self.study_dir)
+        ids = [i.instance_id for i in self.workload.instances]
+        record = record_from_outcomes(outcomes, self.workload.repeats, ids, trial.number, socket.gethostname())
+        record.save(self.setup.study_dir)
         self.baseline = record
-        self.on_baseline(record)
         side = record.summary
         config = comparison.baseline_engine.config  # type: ignore[union-attr]
-        figures = constraints.memory_figures(config, self.memory, record.needed_context)
+        figures = constraints.memory_figures(config, self.setup.memory, record.needed_context)
         peak = self._measured_peak(config, side)
         self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
         trial.set_user_attr("speedup", 1.0)
+        trial.set_user_attr("off_seconds_per_success", side["seconds_per_success"])
         trial.set_user_attr("needed_context", record.needed_context)
+        trial.set_user_attr("generation_s", {"baseline": _clocks([o.baseline for o in outcomes])})
         values = constraints.constraint_values(
             memory_bytes=figures["estimate_bytes"] if peak is None else peak,
-            ceiling_bytes=self.memory.ceiling_bytes,
+            ceiling_bytes=self.setup.memory.ceiling_bytes,
             needed_context=record.needed_context,
             fitting_context=figures["largest_context"],
             regressions=0,
-            max_regressions=self.max_regressions,
+            max_regressions=self.setup.tuner.max_regressions,
             successes=side["successes"],
         )
         constraints.store(trial, values)
@@ -213,51 +229,170 @@ class Objective:
 
     def _candidate(self, trial: optuna.Trial) -> float:
         if self.baseline is None:
-            raise RuntimeError("the baseline (trial 0) has not been measured; it must run before any candidate")
-        config = suggest(trial, self.space, self.base)
+            raise RuntimeError("the baseline (trial 0) has not been recorded; it must run before any candidate")
+        config = suggest(trial, self.setup.space, self.setup.base)
         trial.set_user_attr("engine", asdict(config))
-        comparison = self._comparison(trial, config)
+        trial.set_user_attr("server_fit", {name: f.fit for name, f in fits(config).items()})
+        earlier = self._earlier(trial)
+        if earlier is not None:
+            return self._reuse(trial, earlier)
+        lossy = Engine.validate(config)[1].lossy
+        mode = measure_mode(self.setup.tuner.measure, config, lossy)
+        trial.set_user_attr("measure", mode)
+        trial.set_user_attr("clock", self.setup.tuner.clock)
+        if mode == "replay":
+            comparison: Comparison = ReplayComparison(
+                self.workload, config, self._dir(trial), self.baseline.recording, clock=self.setup.tuner.clock
+            )
+        else:
+            comparison = Comparison(self.workload, config, self._dir(trial))
         if comparison.unsupported:
             trial.set_user_attr("reason", f"unsupported: {comparison.unsupported}")
             raise UnsupportedConfiguration(comparison.unsupported)
         outcomes, pruned = self._run(trial, comparison, prune=True)
+        if isinstance(comparison, ReplayComparison):
+            trial.set_user_attr("divergences", comparison.divergences)
+            trial.set_user_attr("live_tasks", [list(t) for t in comparison.live_tasks])
+        return self._score(trial, config, comparison, outcomes, pruned)
+
+    def _score(
+        self, trial: optuna.Trial, config: EngineConfig, comparison: Comparison, outcomes: list[TaskOutcome], pruned
+    ) -> float:
+        """The trial's figures, constraints and value from its paired outcomes."""
+        assert self.baseline is not None
+        repeats = self.workload.repeats
+        ordered = sorted(outcomes, key=lambda o: (o.repeat, o.index))
         summary = summarize(
-            outcomes, repeats=self.repeats, lossy=comparison.lossy, greedy=comparison.greedy, unsupported=None
+            ordered, repeats=repeats, lossy=comparison.lossy, greedy=comparison.greedy, unsupported=None
         )
         side = summary["candidate"]
-        figures = constraints.memory_figures(config, self.memory, self.baseline.needed_context)
+        figures = constraints.memory_figures(config, self.setup.memory, self.baseline.needed_context)
         peak = self._measured_peak(config, side)
         self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
-        memory_bytes = figures["estimate_bytes"] if peak is None else peak
-        off = self.baseline.summary["seconds_per_success"]
-        on = side["seconds_per_success"]
-        trial.set_user_attr("speedup", off / on if off and on else None)
+        repeat_speedups = [v for v in per_repeat_speedups(summary) if v is not None]
+        pooled = self._pooled(trial, repeat_speedups)
+        interval = speedup_interval(outcomes, resamples=self.setup.tuner.bootstrap_resamples, seed=trial.number)
+        speedup = statistics.median(pooled) if pooled else None
+        trial.set_user_attr("speedup", speedup)
+        trial.set_user_attr("speedup_repeats", repeat_speedups)
+        trial.set_user_attr("speedup_low", interval["low"])
+        trial.set_user_attr("speedup_high", interval["high"])
+        trial.set_user_attr("off_seconds_per_success", summary["baseline"]["seconds_per_success"])
         trial.set_user_attr("regressions", summary["regressions"])
         trial.set_user_attr("diverged_tasks", summary["diverged_tasks"])
         trial.set_user_attr("lossy", comparison.lossy)
-        trial.set_user_attr(
-            "cost_ratios",
-            cost_ratios([o.candidate for o in outcomes if o.candidate], [o.baseline for o in outcomes if o.baseline]),
-        )
+        cand = [o.candidate for o in outcomes if o.candidate]
+        base = [o.baseline for o in outcomes if o.baseline]
+        trial.set_user_attr("cost_ratios", cost_ratios(cand, base))
+        trial.set_user_attr("generation_s", {"baseline": _clocks(base), "candidate": _clocks(cand)})
         values = constraints.constraint_values(
-            memory_bytes=memory_bytes,
-            ceiling_bytes=self.memory.ceiling_bytes,
+            memory_bytes=figures["estimate_bytes"] if peak is None else peak,
+            ceiling_bytes=self.setup.memory.ceiling_bytes,
             needed_context=self.baseline.needed_context,
             fitting_context=figures["largest_context"],
             regressions=None if pruned else len(summary["regressions"]),
-            max_regressions=self.max_regressions,
+            max_regressions=self.setup.tuner.max_regressions,
             successes=None if pruned else side["successes"],
         )
         constraints.store(trial, values)
         if pruned:
             trial.set_user_attr("reason", f"pruned after {len(outcomes)} of {self.total} task runs")
             raise optuna.TrialPruned(f"pruned after {len(outcomes)} of {self.total} task runs")
-        return _value(on)
+        if not side["successes"]:
+            return math.inf
+        reference = self.baseline.summary["seconds_per_success"]
+        if speedup and reference:
+            return reference / speedup
+        return _value(side["seconds_per_success"])  # OFF solved nothing in this trial (sampling): no ratio
+
+    def _pooled(self, trial: optuna.Trial, speedups: list[float]) -> list[float]:
+        """This trial's per-repeat speedups, plus, with revisit=repeat, those every earlier measurement of the same
+        parameter set made (each trial keeps its own in `speedup_repeats`; copies that reused a value add none)."""
+        if self.setup.tuner.revisit != "repeat":
+            return speedups
+        key = studies.param_key(trial.params)
+        pooled = list(speedups)
+        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            same = studies.role(t) == "candidate" and studies.param_key(t.params) == key
+            if same and t.number < trial.number and not t.user_attrs.get("reused"):
+                pooled += [float(v) for v in t.user_attrs.get("speedup_repeats") or []]
+        if len(pooled) > len(speedups):
+            trial.set_user_attr("speedup_repeats_pooled", pooled)
+        return pooled
+
+    def _earlier(self, trial: optuna.Trial) -> FrozenTrial | None:
+        """The earlier trial of the same parameter set this one reuses (None: measure it).
+
+        Unsupported stays unsupported; with revisit=skip a complete or pruned measurement is reused, and a point
+        another worker is measuring right now is left to it (DuplicateRunning).
+        """
+        key = studies.param_key(trial.params)
+        same = [
+            t
+            for t in trial.study.get_trials(deepcopy=False)
+            if t.number < trial.number and studies.role(t) == "candidate" and studies.param_key(t.params) == key
+        ]
+        unsupported = [
+            t for t in same if t.state == TrialState.FAIL and str(studies.reason(t) or "").startswith("unsupported")
+        ]
+        if unsupported:
+            return unsupported[-1]
+        if self.setup.tuner.revisit != "skip":
+            return None
+        measured = [
+            t for t in same if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not t.user_attrs.get("reused")
+        ]
+        if measured:
+            return measured[-1]
+        running = [t for t in same if t.state == TrialState.RUNNING]
+        if running:
+            self._queue_unmeasured(trial)
+            trial.set_user_attr(studies.DUPLICATE_OF, running[0].number)
+            trial.set_user_attr("reused", True)
+            trial.set_user_attr("reason", f"duplicate of running trial {running[0].number}")
+            raise DuplicateRunning(f"trial {running[0].number} is measuring the same parameters")
+        return None
+
+    def _reuse(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
+        """Record the earlier trial's result as this trial's, measuring nothing; queue an unmeasured point."""
+        trial.set_user_attr(studies.DUPLICATE_OF, earlier.number)
+        trial.set_user_attr("reused", True)
+        for key in COPIED:
+            if key in earlier.user_attrs:
+                trial.set_user_attr(key, earlier.user_attrs[key])
+        constraints.store(trial, {name: float(v) for name, v in earlier.constraints.items()})
+        self._queue_unmeasured(trial)
+        if earlier.state == TrialState.PRUNED:
+            trial.set_user_attr("reason", f"duplicate of trial {earlier.number} (pruned)")
+            raise optuna.TrialPruned(f"duplicate of pruned trial {earlier.number}")
+        if earlier.state == TrialState.FAIL:
+            trial.set_user_attr("reason", studies.reason(earlier))
+            raise UnsupportedConfiguration(str(studies.reason(earlier)))
+        assert earlier.value is not None
+        return earlier.value
+
+    def _queue_unmeasured(self, trial: optuna.Trial) -> None:
+        """Queue a point of the same drafter not measured yet, when its sub-space is finite (exhaust, not resample)."""
+        if self._points is None:
+            self._points = drafter_points(self.setup.space, self.setup.base)
+        drafter = trial.params.get("drafter")
+        points = self._points.get(drafter) if drafter is not None else None
+        if not points:
+            return
+        taken = {
+            studies.param_key(t.params)
+            for t in trial.study.get_trials(deepcopy=False)
+            if studies.role(t) == "candidate" and t.number != trial.number
+        }
+        todo = [p for p in points if studies.param_key(p) not in taken]
+        chosen = pick(todo, self.setup.study.seed * studies.SEED_STRIDE + trial.number)
+        if chosen is not None:
+            trial.study.enqueue_trial(chosen, user_attrs={ROLE: "candidate"})
 
     def _measured_peak(self, config: EngineConfig, side: dict[str, Any]) -> int | None:
         """On CUDA the engine's measured peak, on llama-server its process's peak resident memory; else None
         (the memory model's estimate stands)."""
-        measured = self.memory.measured_on_cuda or config.backend == "llama-server"
+        measured = self.setup.memory.measured_on_cuda or config.backend == "llama-server"
         return int(side["peak_memory_bytes"]) if measured and side["peak_memory_bytes"] else None
 
     def _record_side(
@@ -292,6 +427,17 @@ class Objective:
             trial.set_user_attr(key, value)
 
 
+def _clocks(runs: list[Any]) -> dict[str, float]:
+    """Generation seconds of `runs` summed per clock."""
+    out: dict[str, float] = {}
+    for run in runs:
+        if run is None:
+            continue
+        for name, value in (run.clocks or {"wall": run.model_s}).items():
+            out[name] = out.get(name, 0.0) + value
+    return out
+
+
 def _raise_if_crashed(outcome: TaskOutcome) -> None:
     """A crash of the candidate's engine fails the trial; one OFF shared (the sandbox broke) does not."""
     cand, base = outcome.candidate, outcome.baseline
@@ -300,5 +446,5 @@ def _raise_if_crashed(outcome: TaskOutcome) -> None:
 
 
 def _value(seconds_per_success: float | None) -> float:
-    """The objective: seconds per success, +inf when nothing succeeded (infeasible, never zero)."""
+    """Seconds per success, +inf when nothing succeeded (infeasible, never zero)."""
     return math.inf if seconds_per_success is None else float(seconds_per_success)

@@ -1,7 +1,12 @@
-"""What the user sees while a study runs: a progress bar with ETA, one line per finished trial, the table."""
+"""What the user sees while a study runs: a progress bar with ETA, one line per finished trial, the table.
+
+`s/success` is a trial's objective: seconds per success at the recording's OFF speed (the reference ÷ the
+trial's paired speedup; OFF's own for trial 0), so rows compare across trials whatever the machine did between.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -13,7 +18,7 @@ from tuner import constraints
 from tuner.study import reason, role
 
 GIB = 1 << 30
-COLUMNS = ("#", "drafter", "knobs", "s/success", "speedup", "accept", "mem GiB", "state")
+COLUMNS = ("#", "drafter", "knobs", "s/success", "speedup", "95% interval", "accept", "mem GiB", "how", "state")
 
 
 def _num(value: Any, spec: str) -> str:
@@ -32,7 +37,9 @@ def knobs(trial: FrozenTrial) -> str:
 
 
 def state(trial: FrozenTrial) -> str:
-    """COMPLETE, PRUNED (after N), FAIL (reason) or infeasible (which constraint)."""
+    """COMPLETE, PRUNED (after N), FAIL (reason), infeasible (which constraint), or a reused duplicate."""
+    if trial.user_attrs.get("reused") and trial.state != TrialState.FAIL:
+        return f"duplicate of {trial.user_attrs.get('duplicate_of')}"
     if trial.state == TrialState.COMPLETE:
         broken = constraints.violated(trial)
         return f"infeasible: {', '.join(broken)}" if broken else "complete"
@@ -46,26 +53,31 @@ def cells(trial: FrozenTrial) -> list[str]:
     a = trial.user_attrs
     drafter = "OFF" if role(trial) == "baseline" else str(trial.params.get("drafter", "?"))
     memory = a.get("memory_bytes")
+    low, high = a.get("speedup_low"), a.get("speedup_high")
     return [
         str(trial.number),
         drafter,
         knobs(trial),
-        _num(a.get("seconds_per_success"), ".3f"),
+        _num(trial.value if trial.value is not None and math.isfinite(trial.value) else None, ".3f"),
         _num(a.get("speedup"), ".2f") + ("x" if a.get("speedup") is not None else ""),
+        "-" if low is None or high is None else f"[{low:.2f}, {high:.2f}]",
         _num(a.get("acceptance_rate"), ".2f"),
         _num(memory / GIB if memory else None, ".2f"),
+        str(a.get("measure") or "-"),
         state(trial),
     ]
 
 
-def trials_table(trials: list[FrozenTrial], title: str, best: int | None = None) -> Table:
+def trials_table(trials: list[FrozenTrial], title: str, best: FrozenTrial | int | None = None) -> Table:
     """Every finished trial; the best feasible one marked."""
+    if isinstance(best, FrozenTrial):
+        best = best.number
     table = Table(title=title, title_justify="left")
     for name in COLUMNS:
-        numeric = name in ("#", "s/success", "speedup", "accept", "mem GiB")
+        numeric = name in ("#", "s/success", "speedup", "95% interval", "accept", "mem GiB")
         table.add_column(name, justify="right" if numeric else "left")
     for t in trials:
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) and role(t) != "finish":
             table.add_row(*cells(t), style="bold green" if t.number == best else None)
     return table
 
@@ -102,10 +114,12 @@ class StudyProgress:
 
     def trial_done(self, trial: FrozenTrial) -> None:
         """Print the trial's row and advance the trials bar."""
-        n, drafter, knob, sps, speedup, accept, memory, how = cells(trial)
+        if role(trial) == "finish":
+            return
+        n, drafter, knob, sps, speedup, interval, accept, memory, measure, how = cells(trial)
         self.console.print(
-            f"trial {n:>3}  {drafter:<8} {knob:<36} {sps:>8} s/success  {speedup:>6}  accept {accept}  "
-            f"{memory} GiB  {how}",
+            f"trial {n:>3}  {drafter:<8} {knob:<36} {sps:>8} s/success  {speedup:>6} {interval:<14} accept {accept}  "
+            f"{memory} GiB  {measure:<9} {how}",
             highlight=False,
         )
         self.progress.advance(self.trials)

@@ -31,6 +31,7 @@ from engine.drafters import (
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
 from engine.options import option_names
+from export.fit import server_fit
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
 # Drafters whose proposals come from a model; only they (or a combination with one) may use `confidence`.
@@ -129,11 +130,14 @@ def _missing(name: str, *, has_draft: bool, has_mtp: bool) -> str | None:
     return None
 
 
-def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False, backend: str = "builtin") -> Space:
+def load_space(
+    node: Any, *, has_draft: bool, has_mtp: bool = False, backend: str = "builtin", serve: tuple[str, ...] = ()
+) -> Space:
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
     A drafter that needs a draft model or MTP weights the model config does not have is left out (with
-    the reason kept in `left_out`); so is, on `backend="llama-server"`, one llama-server cannot run.
+    the reason kept in `left_out`); so is, on `backend="llama-server"`, one llama-server cannot run, and with
+    `serve` (tuner.serve: server names) one that none of those servers can run (export/fit.py).
     """
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     drafters_node = dict(data.get("drafters") or {})
@@ -149,9 +153,9 @@ def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False, backend: st
         _check_drafter(name, knobs)
         why = _missing(name, has_draft=has_draft, has_mtp=has_mtp)
         if why is None and backend == "llama-server":
-            from export.llama_server import not_runnable
-
-            why = not_runnable(EngineConfig(drafter=name))
+            why = _not_served(name, ("llama-server",))
+        if why is None and serve:
+            why = _not_served(name, serve)
         if why:
             left_out[name] = why
             continue
@@ -163,6 +167,11 @@ def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False, backend: st
         raise ValueError(
             "space.allow_lossy=true with engine.backend=llama-server: llama-server verifies losslessly only; "
             "set space.allow_lossy=false"
+        )
+    if serve and data.get("allow_lossy"):
+        raise ValueError(
+            f"space.allow_lossy=true with tuner.serve={list(serve)}: those servers verify losslessly only; "
+            "set space.allow_lossy=false or tuner.serve=null"
         )
     acceptance: dict[str, dict[str, Knob]] = {}
     lossy_rules = sorted(set(ACCEPTANCE_RULES) - {"exact"})
@@ -176,6 +185,14 @@ def load_space(node: Any, *, has_draft: bool, has_mtp: bool = False, backend: st
             raise ValueError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
         acceptance[rule] = knobs
     return Space(str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out)
+
+
+def _not_served(drafter: str, servers: tuple[str, ...]) -> str | None:
+    """Why none of `servers` can run `drafter` (its default knobs), else None."""
+    reasons = [server_fit(EngineConfig(drafter=drafter), server) for server in servers]
+    if any(f.runnable for f in reasons):
+        return None
+    return "; ".join(f"{f.server} cannot run it ({f.reason})" for f in reasons)
 
 
 def _knob_nodes(node: Any) -> dict[str, Any]:

@@ -1,8 +1,11 @@
-"""The Optuna study: sampler, pruner, the baseline trial, budgets, resume, and trials.jsonl.
+"""The Optuna study: sampler, pruner, the recording trial, budgets, duplicates, resume, and trials.jsonl.
 
-Sampler: TPE, `multivariate=True, group=True` (the space is conditional on the drafter), seeded, with
-the constraints of `tuner.constraints`. Pruner: Wilcoxon over the per-task ratios (`tuner.objective`).
-The baseline is trial 0: enqueued with the user attribute `role=baseline` when the study has none.
+Sampler (`study.sampler`): TPE (`multivariate=True, group=True`: the space is conditional on the drafter;
+constant liar, so a worker's draws account for trials still running elsewhere), Optuna's GPSampler, or random
+search, all with the constraints of `tuner.constraints`. Every trial draws from its own stream, seeded with the
+study seed and the trial number, so two workers of one study never draw the same random startup points and a
+seeded study stays reproducible. Pruner: Wilcoxon over the per-task paired ratios (`tuner.objective`). Trial 0
+(`role=baseline`) runs OFF live on the search tasks and records its agent conversations (tuner/baseline.py).
 """
 
 from __future__ import annotations
@@ -11,37 +14,91 @@ import json
 import math
 import socket
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from runners.outputs import write_atomic
+from export.files import write_atomic
 from tasks.sandbox.owner import is_alive
 from tuner import constraints
-from tuner.objective import ROLE
 from tuner.storage import RetryCallback
 
 PRUNERS = ("wilcoxon", "none")
+SAMPLERS = ("tpe", "gp", "random")
 TRIALS_FILE = "trials.jsonl"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+ROLE = "role"  # user attribute: baseline (trial 0: OFF live, recorded) | candidate | finish (a claim on finishing)
+DUPLICATE_OF = "duplicate_of"  # user attribute: the trial whose parameters this one repeats
+SEED_STRIDE = 1_000_003  # per-trial seeds: study seed x stride + trial number
 
 
-def make_sampler(seed: int, startup_trials: int) -> optuna.samplers.TPESampler:
-    """Seeded TPE that models each drafter's knobs as one group; it reads the trials' constraints itself."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # `group`: opted into on purpose
-        return _tpe(seed, startup_trials)
+class TrialSeeded(BaseSampler):
+    """A sampler whose every trial draws from its own stream, seeded with (study seed, trial number).
+
+    The samplers keep no state of their own beyond their random generator (they read the study's trials on
+    every call), so a fresh one per trial loses nothing and makes a trial's draws independent of which process
+    runs it: parallel workers cannot repeat each other's random points, and a study replays the same way.
+    """
+
+    def __init__(self, make: Callable[[int], BaseSampler], seed: int) -> None:
+        self._make, self._seed = make, seed
+        self._current: tuple[int, BaseSampler] | None = None
+
+    def _for(self, trial: FrozenTrial) -> BaseSampler:
+        if self._current is None or self._current[0] != trial.number:
+            self._current = (trial.number, self._make(self._seed * SEED_STRIDE + trial.number))
+        return self._current[1]
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        """The inner sampler's."""
+        return self._for(trial).infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        """The inner sampler's."""
+        return self._for(trial).sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        """The inner sampler's."""
+        return self._for(trial).sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        """The inner sampler's."""
+        self._for(trial).before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
+        """The inner sampler's."""
+        self._for(trial).after_trial(study, trial, state, values)
 
 
-def _tpe(seed: int, startup_trials: int) -> optuna.samplers.TPESampler:
-    return optuna.samplers.TPESampler(
-        seed=seed,
-        multivariate=True,
-        group=True,
-        n_startup_trials=startup_trials,
-    )
+def make_sampler(kind: str, seed: int, startup_trials: int) -> BaseSampler:
+    """The study's sampler (`tpe`, `gp` or `random`), each trial on its own seeded stream (TrialSeeded)."""
+    if kind not in SAMPLERS:
+        raise ValueError(f"study.sampler={kind!r} is not allowed; choose one of: {', '.join(SAMPLERS)}")
+
+    def make(trial_seed: int) -> BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # `group`: opted into on purpose
+            if kind == "tpe":
+                return optuna.samplers.TPESampler(
+                    seed=trial_seed, multivariate=True, group=True, n_startup_trials=startup_trials, constant_liar=True
+                )
+            if kind == "gp":
+                return optuna.samplers.GPSampler(
+                    seed=trial_seed, n_startup_trials=startup_trials, warn_independent_sampling=False
+                )
+            return optuna.samplers.RandomSampler(seed=trial_seed)
+
+    return TrialSeeded(make, seed)
 
 
 def make_pruner(name: str, p_threshold: float, startup_steps: int) -> optuna.pruners.BasePruner:
@@ -56,7 +113,7 @@ def make_pruner(name: str, p_threshold: float, startup_steps: int) -> optuna.pru
 
 
 def role(trial: FrozenTrial) -> str:
-    """baseline | candidate."""
+    """baseline (trial 0) | candidate | finish."""
     return trial.user_attrs.get(ROLE, "candidate")
 
 
@@ -66,8 +123,11 @@ def reason(trial: FrozenTrial) -> str | None:
 
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
-    """A candidate that finished as data: complete, pruned, or failed with a recorded reason (not a kill)."""
-    if role(trial) != "candidate" or trial.state not in FINISHED:
+    """A candidate that measured something: complete, pruned, or failed with a recorded reason (not a kill).
+
+    A duplicate that reused an earlier trial's value measured nothing and does not count.
+    """
+    if role(trial) != "candidate" or trial.state not in FINISHED or trial.user_attrs.get("reused"):
         return False
     if trial.state == TrialState.FAIL:
         why = reason(trial)
@@ -106,7 +166,7 @@ def budget_left(study: optuna.Study, trials: int) -> int:
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The completed baseline trial, if any."""
+    """The completed baseline trial (OFF live, recorded), if any."""
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if role(t) == "baseline"]
     return done[-1] if done else None
 
@@ -133,14 +193,45 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
     return again
 
 
+def param_key(params: dict[str, Any]) -> str:
+    """A parameter set as canonical JSON: two trials with equal keys measured the same configuration."""
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def measured_keys(study: optuna.Study) -> set[str]:
+    """Parameter sets measured so far (complete, pruned or unsupported; copies of earlier trials excluded)."""
+    keys = set()
+    for t in study.get_trials(deepcopy=False):
+        if role(t) != "candidate" or t.user_attrs.get("reused"):
+            continue
+        unsupported = t.state == TrialState.FAIL and str(reason(t) or "").startswith("unsupported")
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or unsupported:
+            keys.add(param_key(t.params))
+    return keys
+
+
+def points(trials: list[FrozenTrial]) -> dict[str, FrozenTrial]:
+    """The latest complete candidate that measured each distinct parameter set (copies that reused a value are
+    not; with `tuner.revisit=repeat` the latest carries the estimate pooled over every measurement of the set)."""
+    out: dict[str, FrozenTrial] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.state == TrialState.COMPLETE and role(t) == "candidate" and not t.user_attrs.get("reused"):
+            out[param_key(t.params)] = t
+    return out
+
+
+def feasible_candidates(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """One trial per distinct feasible point with a finite value, fastest first."""
+    done = [
+        t for t in points(trials).values() if constraints.feasible(t) and t.value is not None and math.isfinite(t.value)
+    ]
+    return sorted(done, key=lambda t: (t.value, t.number))
+
+
 def best_candidate(study: optuna.Study) -> FrozenTrial | None:
     """The fastest feasible complete candidate (finite value), or None."""
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if role(t) == "candidate" and constraints.feasible(t) and t.value is not None and math.isfinite(t.value)
-    ]
-    return min(done, key=lambda t: t.value) if done else None
+    done = feasible_candidates(study.get_trials(deepcopy=False))
+    return done[0] if done else None
 
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
@@ -165,6 +256,6 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
 def write_trials(study: optuna.Study, study_dir: Path) -> Path:
     """Rewrite trials.jsonl from the storage (the storage is the truth; this is its readable copy)."""
     path = study_dir / TRIALS_FILE
-    rows = [trial_row(t) for t in study.get_trials(deepcopy=False) if t.state in FINISHED]
+    rows = [trial_row(t) for t in study.get_trials(deepcopy=False) if t.state in FINISHED and role(t) != "finish"]
     write_atomic(path, "".join(json.dumps(r, default=str, allow_nan=False) + "\n" for r in rows))
     return path

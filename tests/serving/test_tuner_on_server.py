@@ -37,10 +37,11 @@ def test_a_study_on_llama_server_measures_there_and_exports_what_it_measured(bin
         assert attrs["acceptance_rate"] > 0 and attrs["memory_source"] == "measured"
         assert attrs["diverged_tasks"] == [] and attrs["regressions"] == []
         assert attrs["cost_ratios"]["draft_over_verify"] is None  # the server times drafting inside R
-    args = (root / "best" / "llama-server.args").read_text()
-    assert f"-m {ggufs['target']}" in args and "--spec-type ngram-simple" in args
-    assert "in a real llama-server" in (root / "best" / "README.md").read_text()
-    assert summary["best"] is not None
+    args = (root / "best" / "llama-server" / "llama-server.args").read_text()
+    on = summary["winners"]["llama-server"]["on"]
+    assert f"-m {ggufs['target']}" in args and ("--spec-type ngram-simple" if on else "--spec-type none") in args
+    assert "in a real llama-server" in (root / "best" / "llama-server" / "README.md").read_text()
+    assert summary["best"] is not None and summary["winners"]["llama-server"]["trial"] is not None
     assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the study"
 
 

@@ -23,7 +23,6 @@ SMALL = (
     "run.threads=1",
     "tracking.enabled=false",
     "tuner.confirm=false",
-    "tuner.measure_drift=false",
     "space=lookup",
     f"model.target={PROJECT / 'models/spectune-tiny/target'}",
     f"model.draft={PROJECT / 'models/spectune-tiny/draft'}",

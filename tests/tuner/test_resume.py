@@ -98,10 +98,12 @@ def test_a_study_killed_mid_trial_resumes_keeping_every_completed_trial(tmp_path
 
     (tmp_path / "hang.flag").unlink()
     out = _finish(_start(tmp_path, "tuner.trials=3", f"study.storage={storage}"))
-    assert "retrying trial(s) [2]" in out and "baseline reused" in out
+    assert "retrying trial(s) [2]" in out and "recording reused" in out
     after = {r["number"]: r for r in _rows(tmp_path)}
-    for number, row in before.items():  # nothing completed was lost or redone
+    for number, row in before.items():  # nothing completed was lost or redone, its paired figures kept
         assert after[number]["value"] == row["value"] and after[number]["state"] == "COMPLETE"
+        for key in ("speedup", "off_seconds_per_success", "task_values"):
+            assert after[number]["user_attrs"].get(key) == row["user_attrs"].get(key)
     assert after[2]["state"] == "FAIL" and after[2]["reason"] == "killed"
     assert after[2]["params"]  # killed after its parameters were drawn
     [retry] = [r for r in after.values() if r["number"] > 2 and r["params"] == after[2]["params"]]
@@ -112,23 +114,45 @@ def test_a_study_killed_mid_trial_resumes_keeping_every_completed_trial(tmp_path
     assert len(counted) == 3
 
 
-def test_two_processes_share_one_journal_without_duplicating_trials(tmp_path):
-    common = ("tuner.trials=4", "study.storage=journal")
-    first = _start(tmp_path, *common)
+def test_two_workers_on_one_journal_draw_different_parameters_and_finish_once(tmp_path):
+    common = (
+        "tuner.trials=4",
+        "study.storage=journal",
+        "tuner.confirm=true",
+        "tuner.confirm_limit=3",
+        "tuner.confirm_repeats=1",
+    )
+    (tmp_path / "hang.flag").touch()
+    first = _start(tmp_path, *common, hang=1)  # records OFF, then holds its first candidate (trial 1) running
     try:
-        _wait_for(tmp_path / "runs" / "k" / "baseline.json", first, "the baseline")
-        second = _start(tmp_path, *common)
-        _finish(second)
+        _wait_for(tmp_path / "hanging", first, "trial 1")
+        second = _start(tmp_path, *common)  # samples while trial 1 runs elsewhere, measures the rest
+        outputs = [_finish(second)]
+        (tmp_path / "hang.flag").unlink()
+        outputs.append(_finish(first))
     finally:
         if first.poll() is None:
-            _finish(first)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
     rows = _rows(tmp_path)
     numbers = [r["number"] for r in rows]
     assert len(numbers) == len(set(numbers))
-    owners = {r["user_attrs"]["owner"].split(".")[0] for r in rows if r["role"] == "candidate"}
+    candidates = [r for r in rows if r["role"] == "candidate"]
+    owners = {r["user_attrs"]["owner"].split(".")[0] for r in candidates}
     assert len(owners) == 2, owners  # both processes ran candidates
-    candidates = [r for r in rows if r["role"] == "candidate" and r["state"] == "COMPLETE"]
-    assert 4 <= len(candidates) <= 5  # the budget, plus at most the one the other process had started
+    measured = [r for r in candidates if r["state"] == "COMPLETE" and not r["user_attrs"].get("reused")]
+    keys = [json.dumps(r["params"], sort_keys=True) for r in measured]
+    assert len(keys) == len(set(keys)), keys  # no parameter set measured twice, in parallel or not
+    assert len(measured) == 5  # the budget, plus the one the first process held while the second spent it
+    for row in measured:  # each worker paired its trials with an OFF it measured itself
+        assert row["user_attrs"]["off_seconds_per_success"] > 0 and row["user_attrs"]["measure"] == "replay"
+    # One finish for the whole study: the last worker confirmed and exported; the other said so and left.
+    assert "confirms and exports" in outputs[0] and "exports:" not in outputs[0]
+    assert "exports:" in outputs[1]
+    summary = json.loads((tmp_path / "runs" / "k" / "summary.json").read_text())
+    confirmed = {int(n) for n in summary["confirmations"]}
+    assert {w["trial"] for w in summary["winners"].values() if w["trial"] is not None} == confirmed
+    assert (tmp_path / "runs" / "k" / "best" / "README.md").is_file()
 
 
 def test_ctrl_c_finishes_the_task_records_the_trial_and_the_rerun_completes_it(tmp_path):

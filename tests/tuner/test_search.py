@@ -1,5 +1,6 @@
-"""The tuner end to end on real swe-lite tasks with the bundled models: objective, baseline, constraints,
-pruning, failed trials, confirmation and exports (behaviour only, never wall-clock)."""
+"""The tuner end to end on real swe-lite tasks with the bundled models: the recording, paired trials (replay and
+live), duplicates, pruning, failed trials, per-server winners, the ON/OFF decision and best/ (behaviour only,
+never wall-clock)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,12 @@ def _trials(root):
     return [json.loads(line) for line in (root / "trials.jsonl").read_text().splitlines()]
 
 
-def test_study_measures_off_once_then_candidates_confirms_and_exports(tune, tmp_path):
+def test_study_records_off_once_pairs_every_trial_confirms_and_exports_per_server(tune, tmp_path):
     cfg = tune(
         "tuner.trials=3",
         "tuner.confirm=true",
         "tuner.confirm_limit=3",
         "tuner.confirm_repeats=1",
-        "tuner.measure_drift=true",
         "study.pruner=none",
     )
     summary = execute(cfg)
@@ -32,31 +32,43 @@ def test_study_measures_off_once_then_candidates_confirms_and_exports(tune, tmp_
     assert [r["role"] for r in rows] == ["baseline", "candidate", "candidate", "candidate"]
     base = rows[0]
     assert base["number"] == 0 and base["state"] == "COMPLETE" and base["params"] == {}
-    assert base["user_attrs"]["engine"]["drafter"] == "none"
+    assert base["user_attrs"]["engine"]["drafter"] == "none" and base["user_attrs"]["measure"] == "recording"
     baseline = json.loads((root / "baseline.json").read_text())
     assert baseline["trial_number"] == 0 and len(baseline["runs"]) == 2
-    assert baseline["drift"]["agent_time_pct"] is not None  # OFF re-measured at the end
+    assert all(run["conversation"]["turns"] for run in baseline["runs"])  # every turn kept for the replays
+    reference = base["value"]
     for row in rows[1:]:
         assert row["state"] == "COMPLETE", row
         attrs = row["user_attrs"]
         assert row["params"]["drafter"] in ("ngram", "suffix")
-        assert attrs["engine"]["drafter"] == row["params"]["drafter"]
-        # The objective is the runner's seconds per success, and exact acceptance keeps every answer.
-        assert attrs["seconds_per_success"] == pytest.approx(row["value"])
+        assert attrs["measure"] == "replay" and attrs["divergences"] == [] and attrs["live_tasks"] == []
+        # Paired inside the trial: OFF was measured again, and the value is the reference over the paired speedup.
+        assert attrs["off_seconds_per_success"] > 0 and attrs["speedup"] > 0
+        assert row["value"] == pytest.approx(reference / attrs["speedup"])
+        assert set(attrs["generation_s"]) == {"baseline", "candidate"}
+        assert {"wall", "cpu"} <= set(attrs["generation_s"]["candidate"])
         assert attrs["regressions"] == [] and attrs["diverged_tasks"] == []
         assert attrs["tasks_run"] == attrs["tasks_total"] == 2
-        assert len(attrs["task_values"]) == 2  # one paired value per task, reported by step
-        assert attrs["constraint.vram_gib"] < 0 and attrs["constraint.regressions"] <= 0
+        assert len(attrs["task_values"]) == 2  # one paired ratio per task, reported by step
+        assert set(attrs["server_fit"]) == {"llama-server", "vLLM", "SGLang"}
+    winners = summary["winners"]
+    assert set(winners) == {"spectune", "llama-server", "vLLM", "SGLang"}
     best = summary["best"]
     assert best is not None and best["value"] == min(r["value"] for r in rows[1:])
-    confirmation = json.loads((root / "confirmation.json").read_text())
+    assert winners["spectune"]["trial"] == best["number"]
+    [confirmation] = summary["confirmations"].values()  # lookups map onto every server: one winner, one confirmation
     assert confirmation["trial"] == best["number"] and confirmation["task_runs"] == 3
-    assert confirmation["regressions"] == [] and confirmation["diverged_tasks"] == []
-    held_out = set(confirmation["instance_ids"])
-    assert not held_out & set(baseline["instance_ids"])  # confirmed on other tasks than searched
-    exported = {p.name for p in (root / "best").iterdir()}
-    expected = {"spectune.yaml", "llama-server.args", "vllm-speculative-config.json", "sglang.args", "README.md"}
-    assert expected <= exported
+    assert not set(confirmation["instance_ids"]) & set(baseline["instance_ids"])  # held out from the search
+    for target, decision in winners.items():
+        low = confirmation["speedup_interval"]["low"]
+        assert decision["on"] == (low is not None and low > 1.0), (target, decision)
+        folder = root / "best" / {"spectune": "spectune", "llama-server": "llama-server"}.get(target, target.lower())
+        readme = (folder / "README.md").read_text()
+        assert decision["reason"] in " ".join(readme.split()), target
+    args = (root / "best" / "llama-server" / "llama-server.args").read_text()
+    assert ("--spec-type none" in args) != winners["llama-server"]["on"]
+    index = (root / "best" / "README.md").read_text()
+    assert all(f"| {target} | {'ON' if d['on'] else 'OFF'} " in index for target, d in winners.items())
     assert {p.name for p in (root / "plots").iterdir()} >= {"optimization_history.png", "seconds_vs_memory.png"}
 
     # Same command, same study: nothing re-measured, nothing lost, the confirmation reused.
@@ -64,17 +76,52 @@ def test_study_measures_off_once_then_candidates_confirms_and_exports(tune, tmp_
     assert _trials(root) == rows
     assert again["resumed"] and again["best"]["number"] == best["number"]
     assert json.loads((root / "baseline.json").read_text())["runs"] == baseline["runs"]
+    assert again["confirmations"] == summary["confirmations"]
 
 
-def test_a_tiny_ceiling_makes_every_trial_infeasible_and_says_which_constraint(tune, tmp_path):
-    summary = execute(tune("tuner.trials=2", "hardware.vram_gib=0.001"))  # 1 MiB: not even the weights fit
-    rows = _trials(tmp_path / "runs" / "t")
-    candidates = [r for r in rows if r["role"] == "candidate"]
-    assert len(candidates) == 2
-    for row in candidates:
-        assert row["state"] == "COMPLETE" and "vram_gib" in row["violated"]
-        assert "context_tokens" in row["violated"]  # and no context fits either
-    assert summary["best"] is None and "exports" not in summary
+def test_a_measured_point_is_not_measured_again_and_a_small_space_is_exhausted(tune, tmp_path):
+    # layer_skip with one knob of three values: three points. The first run measures one of them.
+    drafters = {"layer_skip": {"layers": [1, 2, 3]}}
+    cfg = tune("tuner.trials=1", "study.pruner=none", "task.limit=1", drafters=drafters)
+    execute(cfg)
+    root = tmp_path / "runs" / "t"
+    [first] = [r for r in _trials(root) if r["role"] == "candidate"]
+    # The sampler proposes that same point again (queued here, as TPE might): it is recorded, not re-measured,
+    # and an unmeasured point of the drafter is queued in its place; a budget of five measures the other two.
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{root / 'study.db'}")
+    study.enqueue_trial(first["params"], skip_if_exists=False)
+    execute(tune("tuner.trials=5", "study.pruner=none", "task.limit=1", drafters=drafters))
+    rows = {r["number"]: r for r in _trials(root) if r["role"] == "candidate"}
+    copies = [r for r in rows.values() if r["user_attrs"].get("reused")]
+    assert first["number"] in [c["user_attrs"]["duplicate_of"] for c in copies]
+    for copy in copies:  # the sampler may propose a measured point again too: each copy is its source's value
+        source = rows[copy["user_attrs"]["duplicate_of"]]
+        assert copy["params"] == source["params"] and copy["value"] == source["value"]
+        assert copy["state"] == source["state"] == "COMPLETE"
+        assert "task_values" not in copy["user_attrs"]  # nothing was measured for it
+    measured = [r for r in rows.values() if not r["user_attrs"].get("reused")]
+    assert sorted(r["params"]["layer_skip.layers"] for r in measured) == [1, 2, 3]  # each point once
+    assert len(measured) < 5  # the study stopped when the space was exhausted, budget left or not
+
+
+def test_live_measurement_runs_the_agent_on_both_sides_in_the_trial(tune, tmp_path):
+    execute(tune("tuner.trials=1", "task.limit=2", "study.pruner=none", "tuner.measure=live", drafters={"ngram": {}}))
+    [row] = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"]
+    assert row["user_attrs"]["measure"] == "live" and row["state"] == "COMPLETE"
+    trajectories = tmp_path / "runs" / "t" / "trials" / f"{row['number']:04d}" / "trajectories"
+    assert {p.name for p in trajectories.iterdir()} == {"baseline", "candidate"}  # OFF ran again, in the trial
+    assert row["user_attrs"]["off_seconds_per_success"] > 0
+
+
+def test_replay_is_chosen_only_where_the_candidate_provably_keeps_off_tokens():
+    from engine.engine import EngineConfig
+    from tuner.objective import measure_mode
+
+    greedy, sampled = EngineConfig(drafter="ngram"), EngineConfig(drafter="ngram", temperature=0.7)
+    assert measure_mode("auto", greedy, lossy=False) == "replay"
+    assert measure_mode("auto", greedy, lossy=True) == "live"  # a lossy rule may change tokens
+    assert measure_mode("auto", sampled, lossy=False) == "live"  # sampling draws other tokens
+    assert measure_mode("live", greedy, lossy=False) == "live"
 
 
 def test_a_slow_candidate_is_pruned_before_the_end(tune, tmp_path, monkeypatch):
@@ -114,28 +161,34 @@ def test_a_crashing_trial_is_recorded_as_failed_and_the_study_goes_on(tune, tmp_
 
     monkeypatch.setattr(NgramDrafter, "propose", crash_in_the_first_trial)
     summary = execute(tune("tuner.trials=2", drafters={"ngram": {"gamma": [2, 4]}}))
-    first, second = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"]
-    assert first["state"] == "FAIL" and first["reason"].startswith("error: task ")
+    first, second = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"][:2]
+    assert first["state"] == "FAIL" and first["reason"].startswith("error: ")
     assert first["reason"].endswith("RuntimeError: injected drafter fault")
     assert second["state"] == "COMPLETE"  # the study went on
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'runs' / 't' / 'study.db'}")
-    assert "CandidateCrashed" in study.trials[first["number"]].user_attrs["traceback"]
+    assert "injected drafter fault" in study.trials[first["number"]].user_attrs["traceback"]
     assert summary["best"]["number"] == second["number"]
 
 
 def test_mtp_and_combined_trials_load_the_bundled_module_and_count_it_in_memory(tune, tmp_path):
     drafters = {"mtp": {"gamma": [2]}, "mtp+ngram": {"gamma": [3], "policy": ["extend"]}}
-    execute(tune("tuner.trials=4", "study.pruner=none", "task.limit=1", drafters=drafters))
+    summary = execute(tune("tuner.trials=2", "study.pruner=none", "task.limit=1", drafters=drafters))
     rows = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"]
     base = next(r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "baseline")
     assert {r["params"]["drafter"] for r in rows} == {"mtp", "mtp+ngram"}
     for row in rows:
         attrs = row["user_attrs"]
         assert row["state"] == "COMPLETE", row
-        assert attrs["regressions"] == [] and attrs["diverged_tasks"] == []
+        assert attrs["regressions"] == [] and attrs["diverged_tasks"] == [] and attrs["divergences"] == []
         assert attrs["acceptance_rate"] > 0  # the module proposed and the target kept some of it
         # the module's weights and its per-position state are counted on top of OFF's estimate
         assert attrs["memory_estimate_bytes"] > base["user_attrs"]["memory_estimate_bytes"]
+    # vLLM and SGLang run neither: their winners are empty and they are told to run without speculation
+    for server in ("vLLM", "SGLang"):
+        assert summary["winners"][server]["trial"] is None and not summary["winners"][server]["on"]
+        assert "no feasible configuration" in summary["winners"][server]["reason"]
+    combined = next(r for r in rows if r["params"]["drafter"] == "mtp+ngram")
+    assert combined["user_attrs"]["server_fit"] == {"llama-server": "none", "vLLM": "none", "SGLang": "none"}
 
 
 def test_no_success_is_infinitely_slow_and_infeasible_never_zero(tune, tmp_path):
@@ -151,7 +204,12 @@ def test_no_success_is_infinitely_slow_and_infeasible_never_zero(tune, tmp_path)
 def test_bad_tuner_values_fail_before_anything_loads(tune):
     for override, text in (
         ("study.pruner=median", "wilcoxon"),
+        ("study.sampler=cmaes", "tpe"),
         ("tuner.confirm_repeats=0", "confirm_repeats"),
+        ("tuner.measure=sometimes", "replay"),
+        ("tuner.clock=sundial", "wall"),
+        ("tuner.revisit=never", "skip"),
+        ("tuner.serve=triton", "llama-server"),
         ("+space.drafters.medusa={}", "medusa"),
         ("study.storage=redis", "journal"),
     ):

@@ -1,0 +1,426 @@
+"""Finishing a study, once: per-target winners, their live confirmation, the OFF-or-ON decision, best/, summary.
+
+    python -m tuner.finish study.name=NAME [the study's other overrides]
+
+`python -m tuner.search` finishes the study itself when it is the last worker (no other worker's trial still
+running and the budget spent). Exactly one process finishes at a time, on any storage: a worker enqueues a
+`role=finish` claim and tries to take the lowest waiting claim the way Optuna takes a queued trial (an atomic
+WAITING -> RUNNING change in the storage); the one that succeeds finishes, the others say so and leave. A
+finish whose process died (same host, owner gone) is taken over by the next one. Finishing again (a resumed,
+already finished study) redoes only what is missing: confirmations are reused from their files.
+
+What it does: picks the engine's best and each server's best feasible configuration (tuner/winners.py),
+confirms each distinct one live against OFF on the held-out tasks, decides ON or OFF per target, writes best/
+(export/per_server.py), the study's plots, summary.json and the MLflow parent's figures, and prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import statistics
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import hydra
+import optuna
+from omegaconf import DictConfig
+from optuna.trial import FrozenTrial, TrialState
+from rich.console import Console
+
+from engine.drafters import drafter_needs
+from engine.engine import EngineConfig
+from export.files import dumps_strict, write_atomic
+from export.fit import server_names
+from export.per_server import folder_name, write_index, write_target
+from export.record import ExportRecord
+from runners.cli import CONF_DIR, run_command
+from runners.compare import Comparison
+from runners.interrupt import GracefulStop, until_stopped
+from runners.provenance import provenance
+from runners.report import table_console
+from tasks.sandbox.owner import is_alive, owner_token
+from tuner import study as studies
+from tuner.baseline import load_baseline
+from tuner.config import register_tune_configs
+from tuner.confirm import confirm
+from tuner.plots import save_study_plots
+from tuner.report import trials_table
+from tuner.setup import TuneSetup, prepare
+from tuner.storage import open_storage
+from tuner.tracking import make_study_tracker
+from tuner.winners import SPECTUNE, Decision, decide, pick_winners
+
+SUMMARY_FILE = "summary.json"
+CONFIRM_DIR = "confirm"
+BEST_DIR = "best"
+
+
+# ---------------------------------------------------------------- one finisher at a time
+
+
+def claim(study: optuna.Study, storage: optuna.storages.BaseStorage) -> FrozenTrial | None:
+    """Take the study's finish claim (module docstring); None when another live process holds or won it."""
+    host, me = socket.gethostname(), owner_token()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if studies.role(t) != "finish":
+            continue
+        owner = t.user_attrs.get("owner")
+        if t.user_attrs.get("host") == host and owner and not is_alive(owner):
+            storage.set_trial_user_attr(t._trial_id, "reason", "its finisher died")
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            continue
+        return None  # someone is finishing right now
+    study.enqueue_trial({}, user_attrs={studies.ROLE: "finish", "owner": me, "host": host}, skip_if_exists=False)
+    waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if studies.role(t) == "finish"]
+    waiting.sort(key=lambda t: t.number)
+    first = waiting[0]
+    # FrozenTrial's storage id is private; Optuna's own ask() takes a queued trial with the same call.
+    if not storage.set_trial_state_values(first._trial_id, TrialState.RUNNING):
+        _retire([t for t in waiting if t.user_attrs.get("owner") == me], storage, "another process finishes")
+        return None
+    storage.set_trial_user_attr(first._trial_id, "owner", me)
+    storage.set_trial_user_attr(first._trial_id, "host", host)
+    _retire(waiting[1:], storage, "another process finishes")
+    return storage.get_trial(first._trial_id)
+
+
+def release(storage: optuna.storages.BaseStorage, token: FrozenTrial, reason: str) -> None:
+    """End the claim (FAIL: samplers ignore it; it is never a trial)."""
+    storage.set_trial_user_attr(token._trial_id, "reason", reason)
+    storage.set_trial_state_values(token._trial_id, TrialState.FAIL)
+
+
+def _retire(tokens: list[FrozenTrial], storage: optuna.storages.BaseStorage, reason: str) -> None:
+    for t in tokens:
+        try:
+            storage.set_trial_user_attr(t._trial_id, "reason", reason)
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        except RuntimeError:  # taken or finished meanwhile (UpdateFinishedTrialError is a RuntimeError)
+            pass
+
+
+def others_running(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials of other processes still running (those of dead processes on this host excepted)."""
+    host, me = socket.gethostname(), owner_token()
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.user_attrs.get("owner")
+        if studies.role(t) == "finish" or owner == me:
+            continue
+        if t.user_attrs.get("host") == host and owner and not is_alive(owner):
+            continue
+        out.append(t)
+    return out
+
+
+# ---------------------------------------------------------------- the figures
+
+
+def drift(trials: list[FrozenTrial]) -> dict[str, Any] | None:
+    """How OFF moved during the study, read from the OFF each trial measured for itself (no extra run).
+
+    Only trials measured the same way are compared (replay and live OFF time differ by the agent's tool runs).
+    """
+    rows = [
+        (t.number, float(t.user_attrs["off_seconds_per_success"]), t.user_attrs.get("host"), t.user_attrs["measure"])
+        for t in sorted(trials, key=lambda t: t.number)
+        if studies.role(t) == "candidate"
+        and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and not t.user_attrs.get("reused")
+        and t.user_attrs.get("off_seconds_per_success")
+        and t.user_attrs.get("measure") in ("replay", "live")
+    ]
+    if not rows:
+        return None
+    measures = [r[3] for r in rows]
+    measure = max(set(measures), key=measures.count)
+    rows = [r for r in rows if r[3] == measure]
+    values = [r[1] for r in rows]
+    first, last = values[0], values[-1]
+    return {
+        "measure": measure,
+        "trials": len(rows),
+        "first": first,
+        "last": last,
+        "pct": 100.0 * (last / first - 1.0),
+        "min": min(values),
+        "max": max(values),
+        "median": statistics.median(values),
+        "by_trial": [[n, v, h] for n, v, h, _ in rows],
+    }
+
+
+def confirmation_for(setup: TuneSetup, trial: FrozenTrial, stop: GracefulStop, console: Console) -> dict[str, Any]:
+    """The trial's configuration against a live OFF on the held-out tasks (reused when already complete)."""
+    folder = setup.study_dir / CONFIRM_DIR / f"{trial.number:04d}"
+    path = folder / "confirmation.json"
+    engine = EngineConfig(**trial.user_attrs["engine"])
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("complete") and old.get("engine") == asdict(engine):
+            console.print(f"confirmation of trial {trial.number} reused from {path}")
+            return old
+    t = setup.tuner
+    console.print(
+        f"confirming trial {trial.number} ({engine.drafter}) on {setup.names['task']}/{t.confirm_split}: "
+        f"{len(setup.held_out)} task(s) x {t.confirm_repeats} repeat(s), OFF and ON live, taking turns"
+    )
+    started = time.monotonic()
+    workload = setup.workload.with_(instances=setup.held_out, repeats=t.confirm_repeats)
+    comparison = Comparison(workload, engine, folder)
+    result = confirm(comparison, until_stopped(comparison, stop), resamples=t.bootstrap_resamples, seed=0)
+    result.update(trial=trial.number, engine=asdict(engine), split=t.confirm_split)
+    result["seconds"] = time.monotonic() - started
+    write_atomic(path, dumps_strict(result))
+    return result
+
+
+def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, Any] | None) -> ExportRecord:
+    """What the exporters need about a winning trial."""
+    engine = EngineConfig(**trial.user_attrs["engine"])
+    needs = drafter_needs(engine.drafter)
+    server, paths = setup.server, setup.model_paths
+    draft = (str(server.draft_gguf) if server and server.draft_gguf else paths["draft"]) if needs.draft_model else None
+    mtp = (str(server.mtp_gguf) if server and server.mtp_gguf else paths["mtp"]) if needs.mtp else None
+    return ExportRecord(
+        engine=engine,
+        model_name=setup.names["model"],
+        # the GGUFs a llama-server study measured, else the folders (the export names what to convert)
+        target=str(server.target_gguf) if server else str(paths["target"]),
+        draft=draft,
+        mtp=mtp,
+        hardware=setup.names["hardware"],
+        measured_on=setup.workload.models.target.device.type,
+        context=int(trial.user_attrs.get("largest_context") or 0),
+        confirmed=confirmation or {},
+        cost_ratios=trial.user_attrs.get("cost_ratios"),
+        composed_config=setup.runner_config(engine),
+    )
+
+
+def _off_record(setup: TuneSetup) -> ExportRecord:
+    """The export of speculation off, for a target with no feasible winner."""
+    paths = setup.model_paths
+    return ExportRecord(
+        engine=setup.base,
+        model_name=setup.names["model"],
+        target=str(setup.server.target_gguf) if setup.server else str(paths["target"]),
+        draft=None,
+        hardware=setup.names["hardware"],
+        measured_on=setup.workload.models.target.device.type,
+        context=0,
+        confirmed={},
+        cost_ratios=None,
+        composed_config=setup.runner_config(setup.base),
+    )
+
+
+# ---------------------------------------------------------------- the finish
+
+
+def finish(
+    setup: TuneSetup, study: optuna.Study, *, stop: GracefulStop, console: Console, tracker: Any
+) -> dict[str, Any]:
+    """Winners, confirmations, decisions, best/, plots and summary.json (module docstring); returns the summary."""
+    started = time.monotonic()
+    trials = study.get_trials(deepcopy=False)
+    servers = setup.tuner.serve or server_names()
+    winners = pick_winners(trials, servers)
+    table_console().print(trials_table(trials, f"study {setup.study.name}", winners[SPECTUNE].trial))
+    confirmations: dict[int, dict[str, Any]] = {}
+    if setup.tuner.confirm:
+        # the engine's best first, then each server's; one confirmation per distinct trial
+        for winner in winners.values():
+            if winner.trial is not None and winner.trial.number not in confirmations and not stop.requested:
+                confirmations[winner.trial.number] = confirmation_for(setup, winner.trial, stop, console)
+    decisions: dict[str, Decision] = {}
+    for target, winner in winners.items():
+        confirmation = confirmations.get(winner.trial.number) if winner.trial is not None else None
+        if confirmation is not None and not confirmation.get("complete"):
+            confirmation = None  # interrupted: no verdict from half a confirmation
+        decisions[target] = decide(
+            winner, confirmation, min_speedup=setup.tuner.min_speedup, max_regressions=setup.tuner.max_regressions
+        )
+    exports = [] if stop.requested else _write_best(setup, winners, decisions, confirmations)
+    best = winners[SPECTUNE].trial
+    plots = save_study_plots(trials, best, setup.memory.ceiling_bytes, setup.study_dir)
+    baseline = studies.baseline_trial(study)
+    summary: dict[str, Any] = {
+        "study": setup.study.name,
+        "storage": setup.storage_description,
+        "trials": {s.name: sum(t.state == s and studies.role(t) != "finish" for t in trials) for s in studies.FINISHED},
+        "best": studies.trial_row(best) if best else None,
+        "baseline": studies.trial_row(baseline) if baseline else None,
+        "winners": {target: d.to_dict() for target, d in decisions.items()},
+        "confirmations": {str(n): c for n, c in confirmations.items()},
+        "drift": drift(trials),
+        "exports": [str(p) for p in exports],
+        "provenance": provenance(
+            setup.names["task"],
+            setup.base.seed,
+            setup.workload.models.target.device,
+            setup.names["split"],
+            setup.names.get("task_path"),
+            setup.workload.models.forward_paths(),
+        ),
+        "partial": bool(stop.requested),
+        "interrupted": stop.signal_name if stop.requested else None,
+        "timings": {"finish_s": time.monotonic() - started},
+    }
+    write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
+    _log(tracker, summary, plots, setup.study_dir, console)
+    print_result(summary, setup, console, tracker)
+    return summary
+
+
+def _write_best(
+    setup: TuneSetup, winners: dict, decisions: dict[str, Decision], confirmations: dict[int, dict]
+) -> list[Path]:
+    """best/ from scratch (written beside, then swapped in, so a reader never sees half of it)."""
+    best_dir = setup.study_dir / BEST_DIR
+    fresh = setup.study_dir / (BEST_DIR + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    paths: list[Path] = []
+    rows = []
+    for target, winner in winners.items():
+        decision = decisions[target]
+        record = None
+        if winner.trial is not None:
+            record = export_record(setup, winner.trial, confirmations.get(winner.trial.number))
+        data = {**decision.to_dict(), "off_record": _off_record(setup)}
+        paths += write_target(fresh / folder_name(target), target, record, data)
+        rows.append(
+            {
+                "target": target,
+                "engine": winner.trial.user_attrs["engine"] if winner.trial else None,
+                "decision": decision.to_dict(),
+            }
+        )
+    header = [
+        f"Study `{setup.study.name}`: model `{setup.names['model']}`, hardware profile `{setup.names['hardware']}` "
+        f"({setup.names['vram_gib']} GiB ceiling), timings on {setup.workload.models.target.device.type}. "
+        f"Speculation is exported ON only where the held-out confirmation's 95% interval lies above "
+        f"{setup.tuner.min_speedup:g} (tuner.min_speedup).",
+    ]
+    paths.append(write_index(fresh, rows, header))
+    old = setup.study_dir / (BEST_DIR + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if best_dir.exists():
+        best_dir.rename(old)
+    fresh.rename(best_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return [best_dir / p.relative_to(fresh) for p in paths]
+
+
+def _log(tracker: Any, summary: dict[str, Any], plots: list[Path], study_dir: Path, console: Console) -> None:
+    """Study figures, plots and files on the MLflow parent; a tracking failure never loses the results."""
+    try:
+        best = summary.get("best") or {}
+        d = summary.get("drift") or {}
+        metrics: dict[str, Any] = {
+            "best_seconds_per_success": best.get("value"),
+            "best_trial": best.get("number"),
+            "off_drift_pct": d.get("pct"),
+        }
+        tags: dict[str, Any] = {"best_drafter": (best.get("params") or {}).get("drafter", "")}
+        for target, w in summary["winners"].items():
+            name = folder_name(target).replace("-", "_")
+            c = (w.get("confirmed") or {}).get("speedup_interval") or {}
+            metrics[f"{name}_confirmed_speedup"] = c.get("pooled")
+            metrics[f"{name}_confirmed_low"] = c.get("low")
+            metrics[f"{name}_on"] = 1.0 if w["on"] else 0.0
+            tags[f"{name}_export"] = "ON" if w["on"] else "OFF"
+        tracker.log_study(metrics, tags)
+        files = [study_dir / n for n in (SUMMARY_FILE, studies.TRIALS_FILE, "baseline.json")]
+        tracker.log_artifacts([p for p in files if p.is_file()] + plots + [study_dir / BEST_DIR])
+        tracker.finish("FINISHED")
+    except Exception as exc:
+        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in {study_dir})")
+
+
+def _x(v: Any) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def print_result(summary: dict[str, Any], setup: TuneSetup, console: Console, tracker: Any) -> None:
+    """Drift, each target's winner and verdict, where best/ is, how to open MLflow."""
+    out = table_console()
+    d = summary.get("drift")
+    if d:
+        out.print(
+            f"OFF inside the study ({d['measure']}, each trial's own OFF): first {d['first']:.3f}, last "
+            f"{d['last']:.3f} s/success ({d['pct']:+.1f}%), range {d['min']:.3f}-{d['max']:.3f} over {d['trials']} "
+            "trial(s)"
+        )
+    for target, w in summary["winners"].items():
+        s = w.get("search") or {}
+        c = (w.get("confirmed") or {}).get("speedup_interval") or {}
+        trial = "-" if w["trial"] is None else f"trial {w['trial']}"
+        span = "" if c.get("low") is None else f" [{c['low']:.2f}, {c['high']:.2f}]"
+        verdict = "[green]ON[/]" if w["on"] else "[yellow]OFF[/]"
+        out.print(
+            f"{target:<13} {trial:<10} search {_x(s.get('speedup'))}  confirmed {_x(c.get('pooled'))}{span}  "
+            f"-> {verdict}: {w['reason']}"
+        )
+    if summary["exports"]:
+        out.print(f"exports: {setup.study_dir / BEST_DIR} (README.md: the table; one folder per target)")
+    urls = tracker.view_urls()
+    if setup.tracking.enabled:
+        uri = setup.tracking.uri or f"sqlite:///{(Path(setup.study_dir).parent / 'mlflow.db').resolve()}"
+        out.print(f"trials side by side: mlflow ui --backend-store-uri {uri}")
+        for name, url in urls.items():
+            out.print(f"  {name}: {url}")
+
+
+# ---------------------------------------------------------------- python -m tuner.finish
+
+
+def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
+    """Finish the named study now (even with trials still running elsewhere: they are left out)."""
+    console = console or Console(stderr=True)
+    with GracefulStop(console) as stop:
+        setup = prepare(cfg)
+        storage = open_storage(
+            setup.study.storage,
+            setup.study_dir,
+            heartbeat_interval=setup.study.heartbeat_interval,
+            max_retry=setup.study.max_retry,
+        )
+        try:
+            study = optuna.load_study(study_name=setup.study.name, storage=storage)
+        except KeyError:
+            raise ValueError(f"no study {setup.study.name!r} in {setup.storage_description}") from None
+        if load_baseline(setup.study_dir) is None:
+            raise ValueError(f"study {setup.study.name!r} has no recording yet (baseline.json): nothing to finish")
+        running = others_running(study)
+        if running:
+            console.print(f"[yellow]note:[/] trial(s) {[t.number for t in running]} still running are left out")
+        token = claim(study, storage)
+        if token is None:
+            raise ValueError(f"another process is finishing study {setup.study.name!r} right now")
+        tracker = make_study_tracker(
+            setup.tracking.enabled, setup.tracking.uri, setup.tracking.experiment, setup.study_dir
+        )
+        tracker.open_study(setup.study.name, {}, {"hardware": setup.names["hardware"], "model": setup.names["model"]})
+        try:
+            summary = finish(setup, study, stop=stop, console=console, tracker=tracker)
+        finally:
+            release(storage, token, "finished the study" if not stop.requested else "finish interrupted")
+    return summary
+
+
+register_tune_configs()
+
+
+@hydra.main(config_path=CONF_DIR, config_name="tune", version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point; configuration and input problems exit 2 with a one-line message."""
+    run_command(execute, cfg)
+
+
+if __name__ == "__main__":
+    main()

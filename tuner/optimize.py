@@ -1,0 +1,156 @@
+"""Run (or resume) the study's trials: open the storage, record OFF once, then candidates until the budget is spent.
+
+One worker or several (journal or RDB storage, the same study.name): each runs trials until the study's shared
+budget of candidates is spent, the space is exhausted (every point of a finite space measured) or a stop is
+asked. Trials of processes killed on this host are failed and retried; interrupted ones are re-queued.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+from rich.console import Console
+
+from tuner import study as studies
+from tuner.baseline import BaselineRecord, load_baseline
+from tuner.objective import Objective
+from tuner.points import drafter_points, space_size
+from tuner.report import StudyProgress
+from tuner.setup import TuneSetup
+from tuner.storage import open_storage
+
+MEASUREMENT = "paired-v1"  # in the fingerprint: studies measured against one stored OFF do not resume as paired
+
+
+@dataclass
+class StudyRun:
+    """What running the trials left: the study, its storage, the recording, and whether it was resumed."""
+
+    study: optuna.Study
+    storage: optuna.storages.BaseStorage
+    baseline: BaselineRecord | None
+    resumed: bool
+    exhausted: bool
+    search_s: float
+
+
+def check_same_study(study: optuna.Study, fingerprint: dict[str, Any], name: str) -> None:
+    """A resumed study must search the same tasks and space; otherwise its trials are not comparable."""
+    recorded = study.user_attrs.get("fingerprint")
+    if recorded is None:
+        study.set_user_attr("fingerprint", fingerprint)
+        return
+    differs = sorted(k for k in set(fingerprint) | set(recorded) if recorded.get(k) != fingerprint.get(k))
+    if differs:
+        raise ValueError(
+            f"study {name!r} was created with other {', '.join(differs)}; keep them or choose another study.name"
+        )
+
+
+def _wait_for_baseline(study: optuna.Study, setup: TuneSetup, stop, console: Console) -> BaselineRecord | None:
+    """Another process is recording OFF: wait for baseline.json (or for that trial to end)."""
+    console.print("another process is recording the baseline (trial 0); waiting for it")
+    while not stop.requested:
+        record = load_baseline(setup.study_dir)
+        running = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if studies.role(t) == "baseline"
+        ]
+        if record is not None or not running:
+            return record
+        time.sleep(1.0)
+    return None
+
+
+def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> StudyRun:
+    """Open or resume the study and run trials until the budget is spent (module docstring)."""
+    s, t = setup.study, setup.tuner
+    storage = open_storage(s.storage, setup.study_dir, heartbeat_interval=s.heartbeat_interval, max_retry=s.max_retry)
+    study = optuna.create_study(
+        study_name=s.name,
+        storage=storage,
+        load_if_exists=True,
+        direction="minimize",
+        sampler=studies.make_sampler(s.sampler, s.seed, s.startup_trials),
+        pruner=studies.make_pruner(s.pruner, s.prune_p, s.prune_startup_steps),
+    )
+    check_same_study(study, {**setup.fingerprint, "measurement": MEASUREMENT}, s.name)
+    record = load_baseline(setup.study_dir) if studies.baseline_trial(study) is not None else None
+    queued = studies.ensure_baseline_queued(study) if record is None else False
+    if record is None and not queued:
+        record = _wait_for_baseline(study, setup, stop, console)
+    killed = studies.fail_dead_trials(study, storage, s.max_retry)
+    requeued = studies.requeue_interrupted(study)
+    resumed = tracker.open_study(
+        s.name,
+        {k: v for k, v in setup.composed.items() if k != "space"},
+        {"hardware": setup.names["hardware"], "model": setup.names["model"], "task": setup.names["task"]},
+    )
+    done_before = len([x for x in study.get_trials(deepcopy=False) if studies.counts_toward_budget(x)])
+    for drafter, why in setup.space.left_out.items():
+        console.print(f"[yellow]note:[/] drafter {drafter} left out: {why}")
+    w = setup.workload
+    console.print(
+        f"study {s.name!r} ({setup.storage_description}): space {setup.space.name!r} {sorted(setup.space.drafters)}, "
+        f"{len(w.instances)} search task(s) x {w.repeats} repeat(s) on {setup.names['task']}/{setup.names['split']}, "
+        f"budget {t.trials} trial(s), measured {t.measure} (paired with OFF inside each trial), clock {t.clock}, "
+        f"sampler {s.sampler}"
+        + (f"; resuming with {done_before} finished trial(s)" if done_before else "")
+        + (f"; re-queued interrupted trial(s) {requeued}" if requeued else "")
+        + (f"; retrying trial(s) {killed} of a killed process" if killed else "")
+        + ("; recording reused from baseline.json" if record is not None else "")
+    )
+    if w.models.target.device.type != "cuda":
+        console.print(
+            f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={setup.names['hardware']} "
+            f"sets only the VRAM ceiling ({setup.names['vram_gib']} GiB) checked against the memory model."
+        )
+    size = space_size(drafter_points(setup.space, setup.base))
+    progress = StudyProgress(console, t.trials + (1 if record is None else 0), setup.progress)
+    exhausted = False
+
+    def finished(study: optuna.Study, trial: FrozenTrial) -> None:
+        nonlocal exhausted
+        studies.write_trials(study, setup.study_dir)
+        try:
+            tracker.log_trial(trial)
+        except Exception as exc:  # MLflow trouble never costs a trial: trials.jsonl has it
+            console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc}")
+        progress.trial_done(trial)
+        if size is not None and len(studies.measured_keys(study)) >= size:
+            exhausted = True
+            console.print(f"space exhausted: all {size} point(s) measured")
+        if stop.requested or exhausted or studies.budget_left(study, t.trials) == 0:
+            study.stop()
+
+    objective = Objective(setup, stop=stop, baseline=record, on_task=progress.task_done)
+    started = time.monotonic()
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial gets our own line, not a traceback
+    try:
+        with progress:
+            # Optuna counts n_trials per process; duplicates reuse a value and do not count toward the budget, so
+            # the loop asks until the shared budget says stop (the callback), bounded against a runaway sampler.
+            left = studies.budget_left(study, t.trials) + (1 if record is None else 0)
+            if left and not stop.requested and not (size is not None and len(studies.measured_keys(study)) >= size):
+                study.optimize(
+                    objective, n_trials=left * 4 + 8, timeout=t.timeout_s, catch=(Exception,), callbacks=[finished]
+                )
+    except KeyboardInterrupt:
+        stop.count = max(stop.count, 1)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+        studies.write_trials(study, setup.study_dir)
+    return StudyRun(
+        study=study,
+        storage=storage,
+        baseline=objective.baseline,
+        resumed=resumed or bool(done_before),
+        exhausted=exhausted,
+        search_s=time.monotonic() - started,
+    )

@@ -1,0 +1,288 @@
+"""The tuner's setup: the one place that reads the composed config (conf/tune.yaml) and loads what a study needs.
+
+`check(cfg)` validates every value without loading anything (bad input fails here, naming the allowed values);
+`prepare(cfg)` also loads the tasks, the task environment and the models once, and returns a frozen
+`TuneSetup` that the study, the objective and the finish take: nothing below it reads a raw `DictConfig`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from engine.drafters import drafter_needs
+from engine.engine import EngineConfig
+from export.fit import server_names
+from runners.backends import ServerSettings
+from runners.config import agent_config, check_config
+from runners.models import load_models
+from runners.server_setup import server_settings
+from runners.workload import Workload
+from tasks.environment import make_environment
+from tasks.schema import Instance
+from tasks.suites import load_suite
+from tuner import constraints
+from tuner.space import Space, load_space
+from tuner.storage import describe_storage
+from tuner.study import PRUNERS, SAMPLERS
+
+MEASURES = ("auto", "replay", "live")
+CLOCKS = ("wall", "cpu")
+REVISITS = ("skip", "repeat")
+TUNER_KEYS = ("space", "study", "tuner")  # the tuner's nodes; the rest is the runner's config
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The Optuna study: name, storage, sampler and pruner (conf/study/)."""
+
+    name: str
+    storage: str | None
+    seed: int
+    sampler: str
+    startup_trials: int
+    pruner: str
+    prune_p: float
+    prune_startup_steps: int
+    heartbeat_interval: int
+    max_retry: int
+
+
+@dataclass(frozen=True)
+class TunerSettings:
+    """Budgets, how trials measure, the quality constraint, the confirmation and the export rule."""
+
+    trials: int
+    timeout_s: float | None
+    max_regressions: int
+    confirm: bool
+    confirm_split: str
+    confirm_limit: int | None
+    confirm_repeats: int
+    bootstrap_resamples: int
+    measure: str
+    clock: str
+    revisit: str
+    serve: tuple[str, ...]  # server names the search is restricted to (empty: every server)
+    min_speedup: float
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """MLflow: on or off, where, which experiment."""
+
+    enabled: bool
+    uri: str | None
+    experiment: str
+
+
+@dataclass(frozen=True)
+class TuneSetup:
+    """Everything a study needs, checked and loaded once."""
+
+    study: StudySettings
+    tuner: TunerSettings
+    tracking: TrackingSettings
+    study_dir: Path
+    space: Space
+    base: EngineConfig  # the shared sampling and seed every candidate starts from (speculation OFF)
+    workload: Workload  # the search tasks (shuffled with the study seed) and the loaded models
+    held_out: list[Instance]  # the confirmation's tasks
+    memory: constraints.MemoryFacts
+    server: ServerSettings | None  # engine.backend=llama-server
+    names: dict[str, str]  # hardware, model, task, split, backend (labels for reports and exports)
+    model_paths: dict[str, str | None]  # target, draft, mtp as configured
+    fingerprint: dict[str, Any]  # what a resumed study must share with the one it resumes
+    composed: dict[str, Any] = field(repr=False)  # the resolved config, for the export's spectune.yaml and MLflow
+    progress: bool = True
+
+    @property
+    def storage_description(self) -> str:
+        """The storage for logs (the password of a URL masked)."""
+        return describe_storage(self.study.storage, self.study_dir)
+
+    def runner_config(self, engine: EngineConfig) -> dict[str, Any]:
+        """The composed `runners.run` config that reproduces the confirmation with `engine`."""
+        data = {k: v for k, v in _copy(self.composed).items() if k not in TUNER_KEYS}
+        data["engine"] = asdict(engine)
+        t = self.tuner
+        data["task"].update(split=t.confirm_split, limit=t.confirm_limit, subset="spread")
+        data["run"].update(name=f"{self.study.name}-confirmed", repeats=t.confirm_repeats)
+        for key in ("resume", "overwrite"):  # a rerun starts a run of its own
+            data["run"].pop(key, None)
+        return data
+
+
+def _copy(data: Any) -> Any:
+    return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+
+
+def _choice(value: Any, allowed: tuple[str, ...], key: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def serve_list(value: Any) -> tuple[str, ...]:
+    """`tuner.serve` as canonical server names; null means every server. Unknown names list the allowed ones."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    known = {name.lower(): name for name in server_names()}
+    out = []
+    for item in items:
+        name = known.get(str(item).lower())
+        if name is None:
+            raise ValueError(f"tuner.serve={item!r} is not a server; choose from: {', '.join(known)}")
+        out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def check(cfg: DictConfig) -> EngineConfig:
+    """Validate the runner's and the tuner's values without loading anything; returns the base EngineConfig."""
+    base = check_config(cfg)
+    t, s = cfg.tuner, cfg.study
+    if t.trials < 0:
+        raise ValueError(f"tuner.trials must be >= 0, got {t.trials}")
+    if t.confirm_repeats < 1:
+        raise ValueError(f"tuner.confirm_repeats must be >= 1, got {t.confirm_repeats}")
+    if t.timeout_s is not None and t.timeout_s <= 0:
+        raise ValueError(f"tuner.timeout_s must be positive or null, got {t.timeout_s}")
+    if s.heartbeat_interval < 1:
+        raise ValueError(f"study.heartbeat_interval must be >= 1 s, got {s.heartbeat_interval}")
+    _choice(t.measure, MEASURES, "tuner.measure")
+    _choice(t.clock, CLOCKS, "tuner.clock")
+    _choice(t.revisit, REVISITS, "tuner.revisit")
+    _choice(s.pruner, PRUNERS, "study.pruner")
+    _choice(s.sampler, SAMPLERS, "study.sampler")
+    serve_list(t.serve)
+    if t.measure == "replay" and cfg.space.allow_lossy:
+        raise ValueError(
+            "tuner.measure=replay with space.allow_lossy=true: a lossy candidate may change OFF's tokens, so it "
+            "cannot be replayed; use tuner.measure=auto (lossy candidates run live) or live"
+        )
+    if t.measure == "replay" and base.temperature > 0:
+        raise ValueError(
+            f"tuner.measure=replay needs greedy decoding (engine.temperature=0, got {base.temperature}): a sampled "
+            "candidate does not reproduce OFF's tokens; use tuner.measure=auto or live"
+        )
+    return base
+
+
+def prepare(cfg: DictConfig) -> TuneSetup:
+    """Check the config, then load the tasks, the environment and the models: the study's frozen setup."""
+    base = check(cfg)
+    serve = serve_list(cfg.tuner.serve)
+    space = load_space(
+        cfg.space,
+        has_draft=bool(cfg.model.draft),
+        has_mtp=bool(cfg.model.get("mtp")),
+        backend=base.backend,
+        serve=serve,
+    )
+    task = cfg.task
+    instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path, task.subset)
+    random.Random(cfg.study.seed).shuffle(instances)  # pruning must not see one project first
+    held_out = []
+    if cfg.tuner.confirm:
+        held_out = load_suite(task.name, cfg.tuner.confirm_split, cfg.tuner.confirm_limit, None, task.path, "spread")
+    environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
+    study_dir = Path(cfg.run.root) / cfg.study.name
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    needs = [drafter_needs(name) for name in space.drafters]
+    draft = cfg.model.draft if any(n.draft_model for n in needs) else None
+    models = load_models(
+        cfg.model.target,
+        draft,
+        device=cfg.model.device or cfg.hardware.device,
+        dtype=cfg.model.dtype,
+        forward=cfg.model.forward,
+        mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
+    )
+    server = None
+    if base.backend == "llama-server":
+        wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
+        server = server_settings(cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp)
+    workload = Workload(
+        models,
+        instances,
+        environment,
+        agent_config(cfg.agent),
+        repeats=cfg.run.repeats,
+        warmup=cfg.run.warmup,
+        model_name=cfg.model.name,
+        plain=base,
+        server=server,
+    )
+    fingerprint: dict[str, Any] = {
+        "tasks": [i.instance_id for i in instances],
+        "repeats": cfg.run.repeats,
+        "space": OmegaConf.to_container(cfg.space, resolve=True),
+        "model": cfg.model.target,
+    }
+    if base.backend != "builtin":  # builtin studies made before backends existed keep their fingerprint
+        fingerprint["backend"] = base.backend
+    if serve:
+        fingerprint["serve"] = list(serve)
+    t, s, tr = cfg.tuner, cfg.study, cfg.tracking
+    return TuneSetup(
+        study=StudySettings(
+            name=s.name,
+            storage=s.storage,
+            seed=s.seed,
+            sampler=s.sampler,
+            startup_trials=s.startup_trials,
+            pruner=s.pruner,
+            prune_p=s.prune_p,
+            prune_startup_steps=s.prune_startup_steps,
+            heartbeat_interval=s.heartbeat_interval,
+            max_retry=s.max_retry,
+        ),
+        tuner=TunerSettings(
+            trials=t.trials,
+            timeout_s=t.timeout_s,
+            max_regressions=t.max_regressions,
+            confirm=t.confirm,
+            confirm_split=t.confirm_split,
+            confirm_limit=t.confirm_limit,
+            confirm_repeats=t.confirm_repeats,
+            bootstrap_resamples=t.bootstrap_resamples,
+            measure=t.measure,
+            clock=t.clock,
+            revisit=t.revisit,
+            serve=serve,
+            min_speedup=float(t.min_speedup),
+        ),
+        tracking=TrackingSettings(enabled=tr.enabled, uri=tr.uri, experiment=tr.experiment),
+        study_dir=study_dir,
+        space=space,
+        base=base,
+        workload=workload,
+        held_out=held_out,
+        memory=constraints.memory_facts(
+            models.target_path,
+            models,
+            models.draft_path,
+            vram_gib=cfg.hardware.vram_gib,
+            overhead_gib=cfg.hardware.runtime_overhead_gib,
+        ),
+        server=server,
+        names={
+            "hardware": cfg.hardware.name,
+            "model": cfg.model.name,
+            "task": task.name,
+            "split": task.split,
+            "task_path": task.path,
+            "backend": base.backend,
+            "vram_gib": f"{cfg.hardware.vram_gib:g}",
+        },
+        model_paths={"target": cfg.model.target, "draft": cfg.model.draft, "mtp": cfg.model.get("mtp")},
+        fingerprint=fingerprint,
+        composed=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+        progress=cfg.run.progress,
+    )
