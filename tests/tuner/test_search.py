@@ -215,3 +215,18 @@ def test_bad_tuner_values_fail_before_anything_loads(tune):
     ):
         with pytest.raises(ValueError, match=text):
             execute(tune(override))
+
+
+def test_serve_names_the_servers_and_tuner_finish_finishes_a_study_explicitly(tune, tmp_path):
+    from tuner.finish import execute as finish_study
+
+    cfg = tune("tuner.trials=1", "tuner.serve=[llama-server]", drafters={"ngram": {"gamma": [3]}, "layer_skip": {}})
+    summary = execute(cfg)
+    assert set(summary["winners"]) == {"spectune", "llama-server"}  # only the server asked for
+    rows = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"]
+    assert {r["params"]["drafter"] for r in rows} == {"ngram"}  # layer_skip: no llama-server equivalent
+    before = _trials(tmp_path / "runs" / "t")
+    again = finish_study(cfg)  # `python -m tuner.finish`: the same finish, once more, nothing re-measured
+    assert again["winners"] == summary["winners"] and _trials(tmp_path / "runs" / "t") == before
+    assert (tmp_path / "runs" / "t" / "best" / "llama-server" / "llama-server.args").is_file()
+    assert not (tmp_path / "runs" / "t" / "best" / "vllm").exists()

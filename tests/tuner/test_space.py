@@ -124,3 +124,17 @@ def test_a_bad_space_names_the_problem_and_the_allowed_values(space, named):
         load_space(OmegaConf.create(space), has_draft=True)
     for text in named:
         assert text in str(err.value), str(err.value)
+
+
+def test_serve_restricts_the_space_to_what_those_servers_run():
+    drafters = {"ngram": {}, "mtp": {}, "layer_skip": {}, "draft_model": {}, "mtp+ngram": {}}
+    everything = load_space({"drafters": drafters}, has_draft=True, has_mtp=True)
+    assert sorted(everything.drafters) == sorted(drafters)
+    vllm = load_space({"drafters": drafters}, has_draft=True, has_mtp=True, serve=("vLLM",))
+    assert sorted(vllm.drafters) == ["draft_model", "ngram"]
+    assert "vLLM cannot run it" in vllm.left_out["mtp"] and "early-exit" in vllm.left_out["layer_skip"]
+    assert "runs only in spectune" in vllm.left_out["mtp+ngram"]  # a half-exported combination is not it
+    both = load_space({"drafters": drafters}, has_draft=True, has_mtp=True, serve=("vLLM", "llama-server"))
+    assert sorted(both.drafters) == ["draft_model", "mtp", "ngram"]  # mtp runs on llama-server (draft-mtp)
+    with pytest.raises(ValueError, match="allow_lossy"):
+        load_space({"drafters": {"ngram": {}}, "allow_lossy": True}, has_draft=False, serve=("SGLang",))
