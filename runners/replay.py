@@ -6,7 +6,8 @@ time can differ. Instead of re-running the agent (sandboxes, tools, grading), `R
 recorded turn through both sides in one session per side and task (prefix reuse across turns exactly as in
 the live agent), taking turns on which side goes first at every turn, so machine drift hits both alike. A
 side's task time is the recording's own agent work (wall seconds outside generation: tools, parsing, prompts)
-plus that side's measured generation on the chosen clock; success, status and diff are the recording's.
+plus that side's measured generation (wall seconds; every clock of agents.recording.TurnClock is kept beside
+it, `SideRun.time_on` reads another); success, status and diff are the recording's.
 
 A replayed reply that differs from the recording is never used silently: the task's replay stops there, the
 divergence is kept (task, side, turn, first differing position, and whether the target's top-2 logit margin
@@ -45,12 +46,9 @@ class ReplayComparison(Comparison):
         candidate: EngineConfig,
         out_dir: Path,
         recording: dict[tuple[str, int], SideRun],
-        *,
-        clock: str = "wall",
     ) -> None:
         super().__init__(workload, candidate, out_dir)
         self.recording = recording  # (instance_id, repeat) -> OFF's recorded run (with its conversation)
-        self.clock = clock
         self.divergences: list[dict[str, Any]] = []
         self.live_tasks: list[tuple[str, int]] = []  # (instance_id, repeat) measured live after a divergence
 
@@ -92,9 +90,7 @@ class ReplayComparison(Comparison):
                     seed = self.seed + index + REPEAT_SEED_STRIDE * repeat
                     runs = {}
                     for side in side_order(index, repeat):
-                        run = self.episode(side, self.sides()[side], instance, repeat, seed)
-                        run.time_s = run.time_on(self.clock)
-                        runs[side] = run
+                        runs[side] = self.episode(side, self.sides()[side], instance, repeat, seed)
                 yield TaskOutcome(instance.instance_id, index, repeat, runs["baseline"], runs["candidate"])
 
     def _replay(self, instance: Instance, index: int, repeat: int) -> dict[str, SideRun] | None:
@@ -133,7 +129,7 @@ class ReplayComparison(Comparison):
                 status=recorded.status,
                 success=recorded.success,
                 evaluation_status=recorded.evaluation_status,
-                time_s=agent_work + clocks.get(self.clock, clocks["wall"]),
+                time_s=agent_work + clocks["wall"],
                 evaluation_s=0.0,  # not graded again: the same diff as the recording's
                 steps=recorded.steps,
                 message=recorded.message,

@@ -141,6 +141,14 @@ def drift(trials: list[FrozenTrial]) -> dict[str, Any] | None:
     rows = [r for r in rows if r[3] == measure]
     values = [r[1] for r in rows]
     first, last = values[0], values[-1]
+    chosen = {r[0] for r in rows}
+    generation: dict[str, dict[str, float]] = {}  # OFF's own generation time per trial, on each clock
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.number in chosen:
+            for clock, seconds in ((t.user_attrs.get("generation_s") or {}).get("baseline") or {}).items():
+                generation.setdefault(clock, {"first": seconds})["last"] = seconds
+    for g in generation.values():
+        g["pct"] = 100.0 * (g["last"] / g["first"] - 1.0) if g["first"] else None
     return {
         "measure": measure,
         "trials": len(rows),
@@ -151,6 +159,7 @@ def drift(trials: list[FrozenTrial]) -> dict[str, Any] | None:
         "max": max(values),
         "median": statistics.median(values),
         "by_trial": [[n, v, h] for n, v, h, _ in rows],
+        "generation": generation,
     }
 
 
@@ -351,10 +360,13 @@ def print_result(summary: dict[str, Any], setup: TuneSetup, console: Console, tr
     out = table_console()
     d = summary.get("drift")
     if d:
+        clocks = ", ".join(
+            f"{clock} {g['pct']:+.1f}%" for clock, g in d.get("generation", {}).items() if g.get("pct") is not None
+        )
         out.print(
             f"OFF inside the study ({d['measure']}, each trial's own OFF): first {d['first']:.3f}, last "
             f"{d['last']:.3f} s/success ({d['pct']:+.1f}%), range {d['min']:.3f}-{d['max']:.3f} over {d['trials']} "
-            "trial(s)"
+            f"trial(s); its generation time first to last by clock: {clocks or '-'}"
         )
     for target, w in summary["winners"].items():
         s = w.get("search") or {}

@@ -32,7 +32,7 @@ import statistics
 import traceback
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +44,16 @@ from engine.engine import Engine, EngineConfig
 from export.fit import fits
 from runners.compare import Comparison
 from runners.interrupt import GracefulStop, until_stopped
-from runners.outcomes import TaskOutcome
+from runners.outcomes import SideRun, TaskOutcome
 from runners.replay import ReplayComparison
-from runners.summary import cost_ratios, summarize
+from runners.summary import cost_ratios, side_summary, summarize
 from tasks.sandbox.owner import owner_token
 from tuner import constraints
 from tuner import study as studies
 from tuner.baseline import BaselineRecord, record_from_outcomes
 from tuner.confirm import per_repeat_speedups, speedup_interval
 from tuner.points import drafter_points, pick
-from tuner.setup import TuneSetup
+from tuner.setup import CLOCKS, TuneSetup
 from tuner.space import suggest
 
 ROLE = studies.ROLE
@@ -168,20 +168,17 @@ class Objective:
         return self.setup.study_dir / "trials" / f"{trial.number:04d}"
 
     def _run(self, trial: optuna.Trial, comparison: Comparison, prune: bool) -> tuple[list[TaskOutcome], bool]:
-        """Outcomes task by task, each side timed on the study's clock, reported to the pruner; (outcomes, pruned)."""
+        """Outcomes task by task (as measured: agent time in wall seconds, generation on every clock), each
+        reported to the pruner as its paired ratio on the study's clock; (outcomes, pruned)."""
         outcomes: list[TaskOutcome] = []
         values: list[list[float]] = []
         clock = self.setup.tuner.clock
-        replayed = isinstance(comparison, ReplayComparison)
         with closing(until_stopped(comparison, self.stop)) as stream:
             for outcome in stream:
-                if not replayed:  # replayed runs are timed on the clock already
-                    for run in (outcome.baseline, outcome.candidate):
-                        if run is not None:
-                            run.time_s = run.time_on(clock)
                 outcomes.append(outcome)
                 _raise_if_crashed(outcome)
-                ratio = 1.0 if outcome.candidate is None else outcome.time_ratio()
+                timed = retimed(outcome, clock)
+                ratio = 1.0 if timed.candidate is None else timed.time_ratio()
                 if ratio is not None:
                     trial.report(ratio, self.step(outcome))
                     values.append([self.step(outcome), ratio])
@@ -195,6 +192,13 @@ class Objective:
             trial.set_user_attr("tasks_run", len(outcomes))
             raise TrialInterrupted(f"trial {trial.number} stopped after {len(outcomes)} of {self.total} task runs")
         return outcomes, False
+
+    @property
+    def reference(self) -> float | None:
+        """The recording's OFF seconds per success on the study's clock: what a trial's value is scaled to."""
+        assert self.baseline is not None
+        runs = [retimed_run(r, self.setup.tuner.clock) for r in self.baseline.runs]
+        return side_summary(runs, self.baseline.repeats)["seconds_per_success"]
 
     def _baseline(self, trial: optuna.Trial) -> float:
         """Trial 0: OFF live on the search tasks, every conversation recorded."""
@@ -212,8 +216,9 @@ class Objective:
         peak = self._measured_peak(config, side)
         self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
         trial.set_user_attr("speedup", 1.0)
-        trial.set_user_attr("off_seconds_per_success", side["seconds_per_success"])
+        trial.set_user_attr("off_seconds_per_success", self.reference)
         trial.set_user_attr("needed_context", record.needed_context)
+        trial.set_user_attr("clock", self.setup.tuner.clock)
         trial.set_user_attr("generation_s", {"baseline": _clocks([o.baseline for o in outcomes])})
         values = constraints.constraint_values(
             memory_bytes=figures["estimate_bytes"] if peak is None else peak,
@@ -225,7 +230,7 @@ class Objective:
             successes=side["successes"],
         )
         constraints.store(trial, values)
-        return _value(side["seconds_per_success"])
+        return _value(self.reference)
 
     def _candidate(self, trial: optuna.Trial) -> float:
         if self.baseline is None:
@@ -241,9 +246,7 @@ class Objective:
         trial.set_user_attr("measure", mode)
         trial.set_user_attr("clock", self.setup.tuner.clock)
         if mode == "replay":
-            comparison: Comparison = ReplayComparison(
-                self.workload, config, self._dir(trial), self.baseline.recording, clock=self.setup.tuner.clock
-            )
+            comparison: Comparison = ReplayComparison(self.workload, config, self._dir(trial), self.baseline.recording)
         else:
             comparison = Comparison(self.workload, config, self._dir(trial))
         if comparison.unsupported:
@@ -261,6 +264,8 @@ class Objective:
         """The trial's figures, constraints and value from its paired outcomes."""
         assert self.baseline is not None
         repeats = self.workload.repeats
+        measured = outcomes
+        outcomes = [retimed(o, self.setup.tuner.clock) for o in measured]
         ordered = sorted(outcomes, key=lambda o: (o.repeat, o.index))
         summary = summarize(
             ordered, repeats=repeats, lossy=comparison.lossy, greedy=comparison.greedy, unsupported=None
@@ -275,14 +280,15 @@ class Objective:
         speedup = statistics.median(pooled) if pooled else None
         trial.set_user_attr("speedup", speedup)
         trial.set_user_attr("speedup_repeats", repeat_speedups)
+        trial.set_user_attr("speedup_by_clock", {c: paired_speedup(measured, c, repeats) for c in CLOCKS})
         trial.set_user_attr("speedup_low", interval["low"])
         trial.set_user_attr("speedup_high", interval["high"])
         trial.set_user_attr("off_seconds_per_success", summary["baseline"]["seconds_per_success"])
         trial.set_user_attr("regressions", summary["regressions"])
         trial.set_user_attr("diverged_tasks", summary["diverged_tasks"])
         trial.set_user_attr("lossy", comparison.lossy)
-        cand = [o.candidate for o in outcomes if o.candidate]
-        base = [o.baseline for o in outcomes if o.baseline]
+        cand = [o.candidate for o in measured if o.candidate]
+        base = [o.baseline for o in measured if o.baseline]
         trial.set_user_attr("cost_ratios", cost_ratios(cand, base))
         trial.set_user_attr("generation_s", {"baseline": _clocks(base), "candidate": _clocks(cand)})
         values = constraints.constraint_values(
@@ -300,7 +306,7 @@ class Objective:
             raise optuna.TrialPruned(f"pruned after {len(outcomes)} of {self.total} task runs")
         if not side["successes"]:
             return math.inf
-        reference = self.baseline.summary["seconds_per_success"]
+        reference = self.reference
         if speedup and reference:
             return reference / speedup
         return _value(side["seconds_per_success"])  # OFF solved nothing in this trial (sampling): no ratio
@@ -425,6 +431,29 @@ class Objective:
         }
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
+
+
+def retimed_run(run: SideRun, clock: str) -> SideRun:
+    """A copy of `run` whose time is its agent work plus its generation on `clock` (wall: itself)."""
+    return run if clock == "wall" else replace(run, time_s=run.time_on(clock))
+
+
+def retimed(outcome: TaskOutcome, clock: str) -> TaskOutcome:
+    """Both sides of `outcome` timed on `clock`."""
+    if clock == "wall":
+        return outcome
+    side = {
+        s: None if r is None else retimed_run(r, clock) for s, r in (("b", outcome.baseline), ("c", outcome.candidate))
+    }
+    return replace(outcome, baseline=side["b"], candidate=side["c"])
+
+
+def paired_speedup(outcomes: list[TaskOutcome], clock: str, repeats: int) -> float | None:
+    """The median over repeats of OFF ÷ ON seconds per success, with both sides timed on `clock`."""
+    timed = sorted((retimed(o, clock) for o in outcomes), key=lambda o: (o.repeat, o.index))
+    summary = summarize(timed, repeats=repeats, lossy=False, greedy=False, unsupported=None)
+    values = [v for v in per_repeat_speedups(summary) if v is not None]
+    return statistics.median(values) if values else None
 
 
 def _clocks(runs: list[Any]) -> dict[str, float]:

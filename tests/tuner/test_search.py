@@ -230,3 +230,15 @@ def test_serve_names_the_servers_and_tuner_finish_finishes_a_study_explicitly(tu
     assert again["winners"] == summary["winners"] and _trials(tmp_path / "runs" / "t") == before
     assert (tmp_path / "runs" / "t" / "best" / "llama-server" / "llama-server.args").is_file()
     assert not (tmp_path / "runs" / "t" / "best" / "vllm").exists()
+
+
+def test_the_cpu_clock_times_generation_on_cpu_seconds_and_both_clocks_are_kept(tune, tmp_path):
+    execute(tune("tuner.trials=1", "tuner.clock=cpu", "study.pruner=none", drafters={"ngram": {"gamma": [3]}}))
+    base, row = _trials(tmp_path / "runs" / "t")
+    attrs = row["user_attrs"]
+    assert attrs["clock"] == base["user_attrs"]["clock"] == "cpu"
+    assert attrs["speedup"] == pytest.approx(attrs["speedup_by_clock"]["cpu"])
+    assert set(attrs["speedup_by_clock"]) == {"wall", "cpu"}
+    assert row["value"] == pytest.approx(base["value"] / attrs["speedup"])
+    gen = attrs["generation_s"]["candidate"]
+    assert 0 < gen["cpu"] and 0 < gen["wall"]
