@@ -83,11 +83,11 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-class RecordingModel:
-    """An AgentModel that passes every call through to another and records each turn."""
+class PassThroughModel:
+    """An AgentModel that hands every call to another one; subclasses change `reply`."""
 
-    def __init__(self, inner: AgentModel, conversation: Conversation) -> None:
-        self.inner, self.conversation, self.name = inner, conversation, inner.name
+    def __init__(self, inner: AgentModel) -> None:
+        self.inner, self.name = inner, inner.name
         self.context_limit = getattr(inner, "context_limit", None)
 
     def begin(self, instance_id: str) -> None:
@@ -95,14 +95,26 @@ class RecordingModel:
         self.inner.begin(instance_id)
 
     def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
-        """The inner model's reply, recorded."""
-        answer = self.inner.reply(prompt_ids, messages, max_new_tokens)
-        self.conversation.turns.append(Turn(list(prompt_ids), max_new_tokens, list(answer.tokens)))
-        return answer
+        """The inner model's reply."""
+        return self.inner.reply(prompt_ids, messages, max_new_tokens)
 
     def end(self) -> None:
         """End the task on the inner model."""
         self.inner.end()
+
+
+class RecordingModel(PassThroughModel):
+    """Passes every call through to another AgentModel and records each turn."""
+
+    def __init__(self, inner: AgentModel, conversation: Conversation) -> None:
+        super().__init__(inner)
+        self.conversation = conversation
+
+    def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
+        """The inner model's reply, recorded."""
+        answer = self.inner.reply(prompt_ids, messages, max_new_tokens)
+        self.conversation.turns.append(Turn(list(prompt_ids), max_new_tokens, list(answer.tokens)))
+        return answer
 
 
 @dataclass
@@ -175,24 +187,16 @@ class TurnClock:
                 self.totals["gpu"] += events[0].elapsed_time(events[1]) / 1000.0
 
 
-class ClockedModel:
-    """An AgentModel that passes every call through to another and times its replies on every clock."""
+class ClockedModel(PassThroughModel):
+    """Passes every call through to another AgentModel and times its replies on every clock."""
 
     def __init__(self, inner: AgentModel, clock: TurnClock) -> None:
-        self.inner, self.clock, self.name = inner, clock, inner.name
-        self.context_limit = getattr(inner, "context_limit", None)
-
-    def begin(self, instance_id: str) -> None:
-        """Begin the task on the inner model."""
-        self.inner.begin(instance_id)
+        super().__init__(inner)
+        self.clock = clock
 
     def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
         """The inner model's reply, timed."""
         return self.clock.time(lambda: self.inner.reply(prompt_ids, messages, max_new_tokens))
-
-    def end(self) -> None:
-        """End the task on the inner model."""
-        self.inner.end()
 
 
 class Replayer:
