@@ -1,4 +1,4 @@
-"""Benchmarks: `python -m bench <benchmark> ...` (`python -m runners.bench` is an alias).
+"""Benchmarks: `python -m bench <benchmark> ...`.
 
 `engine`: spectune's decode loop (plain, ngram, draft_model, suffix) against transformers `generate` (greedy,
 prompt lookup, assisted generation) on the same weights and prompts, CPU. Prints a rich table, or one JSON
@@ -9,11 +9,13 @@ streams, acceptance side by side, tokens/s of both, the server's speed predicted
 and a server cost profile beside what it measured); bench/crossengine.py.
 
 `tuner`: the tuner's search quality, apart from measurement noise. An exhaustive grid over a small space
-(23 ngram/suffix points by default) is measured once with the tuner's real objective (one OFF baseline,
-every point a real trial on the search tasks, pruner none) and saved (--grid-file; --reuse-grid reads it
-back); then, per seed, the tuner's TPE and a random search replay the measured values over the same space.
-Per seed and over seeds: best found, regret against the grid's best, trials to come within 5% of it, and
-the target: within 5% of the grid's best in at most a third of the grid's trials. Rich tables or --json.
+(23 ngram/suffix points by default) is measured once with the tuner's real objective (OFF recorded as trial 0,
+then every point a real trial paired with OFF inside it, --repeats repeats on the search tasks, pruner none)
+and saved (--grid-file; --reuse-grid reads it back); then, per seed, the tuner's TPE, Optuna's GPSampler and
+a random search (--samplers) replay the measured values over the same space, duplicates free and the space
+exhausted as in the tuner. Per seed and over seeds: regret after a third of the grid's measured trials,
+measured trials to come within 5% of the grid's best (median and worst), and the target: within 5% of the
+grid's best in at most a third of the grid's trials. Rich tables or --json.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.engine import MIN_REPEATS, PROMPT_SETS, RATIOS
-from bench.tuner import DEFAULT_GRID_FILE
+from bench.tuner import DEFAULT_GRID_FILE, SAMPLERS
 from engine.forward import PATHS
 
 
@@ -125,22 +127,32 @@ def _crossengine_parser(sub: Any) -> None:
 def _tuner_parser(sub: Any) -> None:
     tun = sub.add_parser(
         "tuner",
-        help="the tuner's search quality: a measured grid, then TPE and random search replayed over it",
-        description="The tuner's search quality: an exhaustive grid measured once with the real objective, then "
-        "the tuner's TPE and a random search replayed over the measured values, seed by seed.",
+        help="the tuner's search quality: a measured grid, then TPE, GP and random search replayed over it",
+        description="The tuner's search quality: an exhaustive grid measured once with the real paired objective, "
+        "then the tuner's samplers (TPE, GP, random) replayed over the measured values, seed by seed.",
     )
     tun.add_argument("--split", default="dev", help="swe-lite split of the search tasks (default dev)")
-    tun.add_argument("--limit", type=_positive, default=6, help="search tasks, a spread subset (default 6)")
-    tun.add_argument("--repeats", type=_positive, default=1, help="repeats per task when measuring (default 1)")
+    tun.add_argument("--limit", type=_positive, default=4, help="search tasks, a spread subset (default 4)")
+    tun.add_argument(
+        "--repeats", type=_positive, default=3, help="repeats per task of every paired trial (run.repeats; default 3)"
+    )
     tun.add_argument("--seeds", type=_positive, default=10, help="replayed searches per sampler (default 10)")
     tun.add_argument(
-        "--trials", type=_positive, default=None, help="candidate trials per search (default: a third of the grid)"
+        "--trials",
+        type=_positive,
+        default=None,
+        help="measured trials per search, duplicates not counted (default: the whole grid, until it is exhausted)",
     )
     tun.add_argument(
         "--startup-trials",
         type=int,
         default=None,
-        help="TPE startup trials, trial 0 included (default: the tuner's, conf/study/default.yaml)",
+        help="startup trials of TPE and GP, trial 0 included (default: the tuner's, conf/study/default.yaml)",
+    )
+    tun.add_argument(
+        "--samplers",
+        default=",".join(SAMPLERS),
+        help=f"comma list of the samplers replayed, from {', '.join(SAMPLERS)} (default: all)",
     )
     tun.add_argument(
         "--grid-file", type=Path, default=DEFAULT_GRID_FILE, help=f"the measured grid (default {DEFAULT_GRID_FILE})"
@@ -150,7 +162,8 @@ def _tuner_parser(sub: Any) -> None:
         "--space",
         type=Path,
         default=None,
-        help="grid space file (conf/space layout, lists of choices only; default: the 23-point ngram/suffix grid)",
+        help="grid space file (conf/space layout, lists of choices or integer ranges; default: the 23-point "
+        "ngram/suffix grid)",
     )
     tun.add_argument("--threads", type=_positive, default=None, help="torch CPU threads while measuring")
     tun.add_argument(
@@ -237,13 +250,16 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
 
-    from bench.tuner import render, run_tuner_bench
+    from bench.tuner import parse_samplers, render, run_tuner_bench
     from runners.cli import INPUT_ERRORS, one_line
     from runners.interrupt import Interrupted
 
     if args.reuse_grid and args.space is not None:
         parser.error("--space chooses a grid to measure; with --reuse-grid the grid file's own space is replayed")
     try:
+        samplers = parse_samplers(args.samplers)  # before anything is measured
+        if args.startup_trials is not None and args.startup_trials < 0:
+            raise ValueError(f"--startup-trials must be >= 0, got {args.startup_trials}")
         report = run_tuner_bench(
             split=args.split,
             limit=args.limit,
@@ -251,6 +267,7 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             seeds=args.seeds,
             trials=args.trials,
             startup_trials=args.startup_trials,
+            samplers=samplers,
             grid_file=args.grid_file,
             reuse_grid=args.reuse_grid,
             space_file=args.space,

@@ -378,20 +378,25 @@ class Objective:
         return earlier.value
 
     def _queue_unmeasured(self, trial: optuna.Trial) -> None:
-        """Queue a point of the same drafter not measured yet, when its sub-space is finite (exhaust, not resample)."""
+        """Queue a point not measured yet: of the same drafter when its sub-space is finite and not exhausted, else
+        of another drafter with a finite sub-space (exhaust small spaces instead of resampling them)."""
         if self._points is None:
             self._points = drafter_points(self.setup.space, self.setup.base)
-        drafter = trial.params.get("drafter")
-        points = self._points.get(drafter) if drafter is not None else None
-        if not points:
-            return
         taken = {
             studies.param_key(t.params)
             for t in trial.study.get_trials(deepcopy=False)
             if studies.role(t) == "candidate" and t.number != trial.number
         }
-        todo = [p for p in points if studies.param_key(p) not in taken]
-        chosen = pick(todo, self.setup.study.seed * studies.SEED_STRIDE + trial.number)
+        drafter = trial.params.get("drafter")
+        same = [p for p in self._points.get(drafter) or [] if studies.param_key(p) not in taken]
+        other = [
+            p
+            for name, points in self._points.items()
+            if name != drafter
+            for p in points or []
+            if studies.param_key(p) not in taken
+        ]
+        chosen = pick(same or other, self.setup.study.seed * studies.SEED_STRIDE + trial.number)
         if chosen is not None:
             trial.study.enqueue_trial(chosen, user_attrs={ROLE: "candidate"})
 

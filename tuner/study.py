@@ -199,13 +199,16 @@ def param_key(params: dict[str, Any]) -> str:
 
 
 def measured_keys(study: optuna.Study) -> set[str]:
-    """Parameter sets measured so far (complete, pruned or unsupported; copies of earlier trials excluded)."""
+    """Parameter sets tried so far: complete, pruned, unsupported or failed with an error (a point that errs is
+    measured again when proposed again, but counts as tried when deciding that a finite space is exhausted);
+    copies of earlier trials, interrupted and killed ones excluded."""
     keys = set()
     for t in study.get_trials(deepcopy=False):
         if role(t) != "candidate" or t.user_attrs.get("reused"):
             continue
-        unsupported = t.state == TrialState.FAIL and str(reason(t) or "").startswith("unsupported")
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or unsupported:
+        why = str(reason(t) or "")
+        failed = t.state == TrialState.FAIL and why.startswith(("unsupported", "error"))
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or failed:
             keys.add(param_key(t.params))
     return keys
 
