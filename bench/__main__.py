@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.engine import MIN_REPEATS, PROMPT_SETS, RATIOS
-from bench.tuner import DEFAULT_GRID_FILE, SAMPLERS
+from bench.tuner.grid import DEFAULT_GRID_FILE
+from bench.tuner.search import SAMPLERS
 from engine.forward import PATHS
 
 
@@ -250,7 +251,8 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
 
-    from bench.tuner import parse_samplers, render, run_tuner_bench
+    from bench.tuner import render, run_tuner_bench
+    from bench.tuner.search import parse_samplers
     from runners.cli import INPUT_ERRORS, one_line
     from runners.interrupt import Interrupted
 

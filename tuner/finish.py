@@ -123,13 +123,15 @@ def others_running(study: optuna.Study) -> list[FrozenTrial]:
 def drift(trials: list[FrozenTrial]) -> dict[str, Any] | None:
     """How OFF moved during the study, read from the OFF each trial measured for itself (no extra run).
 
-    Only trials measured the same way are compared (replay and live OFF time differ by the agent's tool runs).
+    Only complete trials measured the same way are compared: the same tasks (a pruned trial ran fewer), and
+    replay or live alike (live OFF time holds the agent's tool runs too).
     """
     rows = [
         (t.number, float(t.user_attrs["off_seconds_per_success"]), t.user_attrs.get("host"), t.user_attrs["measure"])
         for t in sorted(trials, key=lambda t: t.number)
         if studies.role(t) == "candidate"
-        and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and t.state == TrialState.COMPLETE
+        and t.user_attrs.get("tasks_run") == t.user_attrs.get("tasks_total")  # the same tasks in every row
         and not t.user_attrs.get("reused")
         and t.user_attrs.get("off_seconds_per_success")
         and t.user_attrs.get("measure") in ("replay", "live")

@@ -38,6 +38,13 @@ class StudyRun:
     search_s: float
 
 
+def max_asks(trials: int) -> int:
+    """How many trials a worker may ask for to measure `trials`: duplicates reuse a value and do not count toward
+    the budget, so the loop asks until the shared budget says stop, bounded against a sampler stuck on measured
+    points."""
+    return trials * 4 + 8
+
+
 def check_same_study(study: optuna.Study, fingerprint: dict[str, Any], name: str) -> None:
     """A resumed study must search the same tasks and space; otherwise its trials are not comparable."""
     recorded = study.user_attrs.get("fingerprint")
@@ -134,12 +141,10 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial gets our own line, not a traceback
     try:
         with progress:
-            # Optuna counts n_trials per process; duplicates reuse a value and do not count toward the budget, so
-            # the loop asks until the shared budget says stop (the callback), bounded against a runaway sampler.
             left = studies.budget_left(study, t.trials) + (1 if record is None else 0)
             if left and not stop.requested and not (size is not None and len(studies.measured_keys(study)) >= size):
                 study.optimize(
-                    objective, n_trials=left * 4 + 8, timeout=t.timeout_s, catch=(Exception,), callbacks=[finished]
+                    objective, n_trials=max_asks(left), timeout=t.timeout_s, catch=(Exception,), callbacks=[finished]
                 )
     except KeyboardInterrupt:
         stop.count = max(stop.count, 1)

@@ -48,6 +48,13 @@ def state(trial: FrozenTrial) -> str:
     return f"{trial.state.name.lower()}: {reason(trial) or 'killed (heartbeat)'}"[:60]
 
 
+def objective(trial: FrozenTrial) -> float | None:
+    """A complete trial's finite value (a pruned trial's stored value is its last reported ratio, not this)."""
+    if trial.state != TrialState.COMPLETE or trial.value is None or not math.isfinite(trial.value):
+        return None
+    return trial.value
+
+
 def cells(trial: FrozenTrial) -> list[str]:
     """One table row."""
     a = trial.user_attrs
@@ -58,7 +65,7 @@ def cells(trial: FrozenTrial) -> list[str]:
         str(trial.number),
         drafter,
         knobs(trial),
-        _num(trial.value if trial.value is not None and math.isfinite(trial.value) else None, ".3f"),
+        _num(objective(trial), ".3f"),
         _num(a.get("speedup"), ".2f") + ("x" if a.get("speedup") is not None else ""),
         "-" if low is None or high is None else f"[{low:.2f}, {high:.2f}]",
         _num(a.get("acceptance_rate"), ".2f"),

@@ -32,7 +32,7 @@ from tuner.storage import describe_storage
 from tuner.study import PRUNERS, SAMPLERS
 
 MEASURES = ("auto", "replay", "live")
-CLOCKS = ("wall", "cpu")
+CLOCKS = ("wall", "cpu")  # what a trial's generation time can be read on (tuner.clock also takes "auto")
 REVISITS = ("skip", "repeat")
 TUNER_KEYS = ("space", "study", "tuner")  # the tuner's nodes; the rest is the runner's config
 
@@ -142,6 +142,16 @@ def serve_list(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def resolve_clock(setting: str, device: str) -> str:
+    """`tuner.clock=auto`: CPU seconds of the generating thread when one CPU thread does all the generating (under
+    contention they barely move while wall time grows; `python -m bench` numbers in the README), else wall time
+    (several compute threads spin-wait for each other, so CPU time inflates with contention too; on a GPU the
+    generating thread mostly waits)."""
+    if setting != "auto":
+        return setting
+    return "cpu" if device == "cpu" and torch.get_num_threads() == 1 else "wall"
+
+
 def check(cfg: DictConfig) -> EngineConfig:
     """Validate the runner's and the tuner's values without loading anything; returns the base EngineConfig."""
     base = check_config(cfg)
@@ -155,7 +165,7 @@ def check(cfg: DictConfig) -> EngineConfig:
     if s.heartbeat_interval < 1:
         raise ValueError(f"study.heartbeat_interval must be >= 1 s, got {s.heartbeat_interval}")
     _choice(t.measure, MEASURES, "tuner.measure")
-    _choice(t.clock, CLOCKS, "tuner.clock")
+    _choice(t.clock, ("auto", *CLOCKS), "tuner.clock")
     _choice(t.revisit, REVISITS, "tuner.revisit")
     _choice(s.pruner, PRUNERS, "study.pruner")
     _choice(s.sampler, SAMPLERS, "study.sampler")
@@ -253,7 +263,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
             confirm_repeats=t.confirm_repeats,
             bootstrap_resamples=t.bootstrap_resamples,
             measure=t.measure,
-            clock=t.clock,
+            clock=resolve_clock(t.clock, models.target.device.type),
             revisit=t.revisit,
             serve=serve,
             min_speedup=float(t.min_speedup),

@@ -13,21 +13,23 @@ import optuna
 import pytest
 
 from bench.__main__ import main
-from bench.tuner import (
+from bench.tuner.grid import (
     GRID_KIND,
     GRID_SPACE,
     GRID_VERSION,
-    ReplayObjective,
     grid_best,
     grid_points,
     load_grid,
-    parse_samplers,
     point_key,
+    replay_space,
+    save_grid,
+)
+from bench.tuner.search import (
+    ReplayObjective,
+    parse_samplers,
     rank_samplers,
     replay,
-    replay_space,
     run_replays,
-    save_grid,
     score_history,
     summarize_seeds,
     verdict,
