@@ -19,8 +19,6 @@ from runners.compare import Comparison
 from runners.outcomes import TaskOutcome
 from runners.summary import summarize
 
-CONFIRMATION_FILE = "confirmation.json"
-
 
 def per_repeat_speedups(summary: dict[str, Any]) -> list[float | None]:
     """OFF ÷ ON seconds per success of each repeat (None where a side had no success)."""

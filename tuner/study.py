@@ -231,12 +231,6 @@ def feasible_candidates(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return sorted(done, key=lambda t: (t.value, t.number))
 
 
-def best_candidate(study: optuna.Study) -> FrozenTrial | None:
-    """The fastest feasible complete candidate (finite value), or None."""
-    done = feasible_candidates(study.get_trials(deepcopy=False))
-    return done[0] if done else None
-
-
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     """One line of trials.jsonl: parameters, value, state, reason and the recorded figures."""
     attrs = dict(trial.user_attrs)
