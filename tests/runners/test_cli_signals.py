@@ -44,8 +44,10 @@ def _start(module: str, tmp: Path, target: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _started(folder: Path, side: str = "baseline") -> set[str]:
-    return {p.stem for p in (folder / "trajectories" / side / "r0").glob("*.json")}
+def _started(folder: Path, side: str = "*") -> set[str]:
+    """Tasks with a trajectory on `side` (default either: the sides take turns going first, so either may be a
+    task's first)."""
+    return {p.stem for p in (folder / "trajectories").glob(f"{side}/r0/*.json")}
 
 
 def _wait_for_tasks(proc: subprocess.Popen, folder: Path, count: int) -> None:

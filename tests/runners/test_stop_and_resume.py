@@ -1,6 +1,6 @@
 """Ctrl-C / SIGTERM semantics and resuming or replacing a run folder, in process with real signals.
 
-Signals are sent to this process from inside a chosen task (a wrapper around `Comparison._episode`),
+Signals are sent to this process from inside a chosen task (a wrapper around `Comparison.episode`),
 so where they land is exact: the first one lets the task in flight finish and stops, a second one
 abandons it at once; both write the partial summary of the finished task runs.
 """
@@ -52,7 +52,7 @@ def _cfg(root: Path, target: Path, *overrides: str):
 
 def _signals_in(monkeypatch, when: dict[tuple[int, str], list[int]]) -> list[tuple[int, str]]:
     """Send `when[(task index, side)]` signals to this process as that episode starts; returns the episodes run."""
-    real = Comparison._episode
+    real = Comparison.episode
     calls: list[tuple[int, str]] = []
 
     def episode(self, side, engine, instance, repeat, seed):
@@ -62,7 +62,7 @@ def _signals_in(monkeypatch, when: dict[tuple[int, str], list[int]]) -> list[tup
             os.kill(os.getpid(), sig)
         return real(self, side, engine, instance, repeat, seed)
 
-    monkeypatch.setattr(Comparison, "_episode", episode)
+    monkeypatch.setattr(Comparison, "episode", episode)
     return calls
 
 
@@ -84,17 +84,18 @@ def test_first_sigterm_finishes_the_task_in_flight_then_stops(tiny_dir, tmp_path
 
 
 def test_second_signal_abandons_the_task_in_flight(tiny_dir, tmp_path, monkeypatch):
-    calls = _signals_in(monkeypatch, {(1, "candidate"): [signal.SIGINT, signal.SIGINT]})
+    # The sides take turns going first: task 1 runs ON, then OFF; both signals come as its OFF side starts.
+    calls = _signals_in(monkeypatch, {(1, "baseline"): [signal.SIGINT, signal.SIGINT]})
     summary = execute(_cfg(tmp_path, tiny_dir))
-    assert calls == [(0, "baseline"), (0, "candidate"), (1, "baseline"), (1, "candidate")]
+    assert calls == [(0, "baseline"), (0, "candidate"), (1, "candidate"), (1, "baseline")]
     written = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["partial"] is True and written["interrupted"] == "SIGINT"
-    # Task 1's baseline had finished, but the task had not: only task 0 is reported and recorded.
+    # Task 1's candidate had finished, but the task had not: only task 0 is reported and recorded.
     rows = read_raw_rows(tmp_path / "r" / "repeats.jsonl")
     assert sorted(r.side for r in rows) == ["baseline", "candidate"] and len({r.instance_id for r in rows}) == 1
     assert [r["instance_id"] for r in written["per_task"]] == [rows[0].instance_id]
     assert written["baseline"]["tasks"] == 1 and written["candidate"]["tasks"] == 1
-    assert len(list((tmp_path / "r" / "trajectories" / "baseline" / "r0").glob("*.json"))) == 2  # task 1 ran OFF
+    assert len(list((tmp_path / "r" / "trajectories" / "candidate" / "r0").glob("*.json"))) == 2  # task 1 ran ON
 
 
 def test_resume_keeps_finished_task_runs_and_runs_the_rest(tiny_dir, tmp_path, monkeypatch):
