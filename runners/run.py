@@ -25,7 +25,7 @@ from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
-from runners.config import GIB, agent_config, check_config, register_configs
+from runners.config import GIB, check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
@@ -92,17 +92,7 @@ def prepare(
         needs = drafter_needs(candidate.drafter) if candidate is not None else None
         wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
         server = server_settings(cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp)
-    workload = Workload(
-        models,
-        instances,
-        environment,
-        agent_config(cfg.agent),
-        repeats=cfg.run.repeats,
-        warmup=cfg.run.warmup,
-        model_name=cfg.model.name,
-        plain=plain,
-        server=server,
-    )
+    workload = Workload.from_config(cfg, models, instances, environment, plain=plain, server=server)
     return instances, models, out_dir, Comparison(workload, candidate, out_dir)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from agents.loop import AgentConfig
 from engine.engine import EngineConfig
 from runners.backends import ServerSettings
+from runners.config import agent_config
 from runners.models import Models
 from tasks.environment import TaskEnvironment
 from tasks.schema import Instance
@@ -30,6 +31,30 @@ class Workload:
     model_name: str = "model"  # label in trajectories and predictions
     plain: EngineConfig | None = None  # OFF's sampling and backend when there is no candidate (default greedy)
     server: ServerSettings | None = None  # engine.backend=llama-server: where its servers come from
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Any,
+        models: Models,
+        instances: list[Instance],
+        environment: TaskEnvironment,
+        *,
+        plain: EngineConfig | None = None,
+        server: ServerSettings | None = None,
+    ) -> Workload:
+        """The workload a composed runner or tuner config describes (agent limits, repeats, warm-up, model name)."""
+        return cls(
+            models,
+            instances,
+            environment,
+            agent_config(cfg.agent),
+            repeats=cfg.run.repeats,
+            warmup=cfg.run.warmup,
+            model_name=cfg.model.name,
+            plain=plain,
+            server=server,
+        )
 
     def with_(self, **changes: Any) -> Workload:
         """A copy with some fields changed (other tasks, other repeats, ...)."""

@@ -19,7 +19,7 @@ from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export.fit import server_names
 from runners.backends import ServerSettings
-from runners.config import agent_config, check_config
+from runners.config import check_config
 from runners.models import load_models
 from runners.server_setup import server_settings
 from runners.workload import Workload
@@ -218,17 +218,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     if base.backend == "llama-server":
         wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
         server = server_settings(cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp)
-    workload = Workload(
-        models,
-        instances,
-        environment,
-        agent_config(cfg.agent),
-        repeats=cfg.run.repeats,
-        warmup=cfg.run.warmup,
-        model_name=cfg.model.name,
-        plain=base,
-        server=server,
-    )
+    workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
     fingerprint: dict[str, Any] = {
         "tasks": [i.instance_id for i in instances],
         "repeats": cfg.run.repeats,

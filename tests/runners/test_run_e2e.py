@@ -12,9 +12,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from runners.compare import Baseline, Comparison
-from runners.config import register_configs
+from runners.config import agent_config, register_configs
 from runners.models import load_models
-from runners.run import agent_config, execute
+from runners.run import execute
 from runners.summary import SIDE_KEYS
 from runners.workload import Workload
 from tasks.environment import make_environment
