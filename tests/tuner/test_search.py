@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import optuna
 import pytest
@@ -242,3 +243,18 @@ def test_the_cpu_clock_times_generation_on_cpu_seconds_and_both_clocks_are_kept(
     assert row["value"] == pytest.approx(base["value"] / attrs["speedup"])
     gen = attrs["generation_s"]["candidate"]
     assert 0 < gen["cpu"] and 0 < gen["wall"]
+
+
+def test_revisit_repeat_measures_a_point_again_and_pools_its_repeats(tune, tmp_path):
+    drafters = {"layer_skip": {"layers": [1, 2]}}
+    execute(tune("tuner.trials=1", "study.pruner=none", "task.limit=3", drafters=drafters))
+    root = tmp_path / "runs" / "t"
+    [first] = [r for r in _trials(root) if r["role"] == "candidate"]
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{root / 'study.db'}")
+    study.enqueue_trial(first["params"], skip_if_exists=False)
+    execute(tune("tuner.trials=2", "study.pruner=none", "task.limit=3", "tuner.revisit=repeat", drafters=drafters))
+    again = next(r for r in _trials(root) if r["role"] == "candidate" and r["number"] > first["number"])
+    assert again["params"] == first["params"] and not again["user_attrs"].get("reused")  # measured, not copied
+    own, earlier = again["user_attrs"]["speedup_repeats"], first["user_attrs"]["speedup_repeats"]
+    assert sorted(again["user_attrs"]["speedup_repeats_pooled"]) == sorted(own + earlier)
+    assert again["user_attrs"]["speedup"] == pytest.approx(statistics.median(own + earlier))
