@@ -2,45 +2,56 @@
 
 Materialise the task's starting workspace, check and apply the model's patch, reset the test
 infrastructure from the clean project (as SWE-bench's harness resets the test files), apply the
-`test_patch` that brings back the deciding tests, run FAIL_TO_PASS and PASS_TO_PASS, and read each
-test's outcome from a JUnit XML report. Resolved means every listed test passed *and* pytest's
-exit status says so.
+`test_patch` that brings back the deciding tests, plant canary tests (tasks/grading/sentinels.py), run the
+test files, and decide from what a trusted supervisor reports (tasks/grading/). Resolved means every listed
+test passed and nothing says the run was interfered with.
 
-What stops a patch from passing without a fix:
-- refused before anything runs: unsafe paths (absolute, `..`, through or creating a symlink), test
-  files (`touches_tests`), anything that configures or replaces the test runner — `conftest.py`,
-  `pytest.py`, `pytest.ini`, `tox.ini`, `setup.cfg`, the `[tool.pytest*]` tables of
-  `pyproject.toml`, `sitecustomize.py`, `usercustomize.py`, `*.pth`, bytecode
-  (`touches_test_infrastructure`) — all on paths decoded the way git decodes them;
-- pytest starts so that the workspace cannot replace or configure it: `python -P -s` (the working
-  directory is not on `sys.path` while pytest imports; it is appended, after the standard library
-  and site-packages, only for the code under test), plugin autoload off, `-c` a configuration file
-  spectune writes outside the workspace, `-p no:cacheprovider`, `--rootdir` fixed;
-- outcomes come from the JUnit XML that pytest writes outside the workspace, sent back after
-  pytest has exited, under a one-time marker, and cross-checked against pytest's exit status and
-  the expected test ids; nothing the code under test prints decides an outcome.
-
-What it does NOT protect against: code under test runs in the same process as pytest, so it can in
-principle tamper with pytest from inside (patch its report classes, rewrite the report, exit early
-with a forged file) in ways no file check sees. Instead, a patch whose added lines reach for
-pytest's internals, the interpreter's frames or module table, `atexit`, process control or /proc
-is flagged `suspicious_patch` (SUSPICIOUS_PATTERNS), reported with the line, and not resolved.
+Threat model. The agent's patch is hostile; so is every line of code it adds, which runs inside the test
+process. The grader trusts: itself on the host (patch checks, resets, the verdict), the sandbox, and the
+supervisor, a program of its own that runs inside the sandbox as another user than the tests (root of the
+sandbox's namespaces or container) and starts them. It does not trust anything the test process writes.
+- Refused before anything runs: unsafe paths (absolute, `..`, through or creating a symlink), test files
+  (`touches_tests`), anything that configures or replaces the test runner — `conftest.py`, `pytest.py`,
+  `pytest.ini`, `tox.ini`, `setup.cfg`, the `[tool.pytest*]` tables of `pyproject.toml`,
+  `sitecustomize.py`, `usercustomize.py`, `*.pth`, bytecode (`touches_test_infrastructure`) — on paths
+  decoded the way git decodes them; and, as a cheap first line, added code that reaches for pytest's
+  internals, frames, the module table, `atexit`, processes or /proc (`suspicious_patch`, SUSPICIOUS_PATTERNS).
+- The tests' interpreter cannot be replaced or configured by the workspace: `python -P -s` (the working
+  directory is appended to `sys.path` only after pytest is imported), plugin autoload off, `-c /dev/null`,
+  `--rootdir` fixed, no cache.
+- The report channel is out of the tests' reach: the supervisor gives them a pipe for their output and one
+  for the trusted plugin's reports, and is the only writer of the sandbox's own output, so the tested code
+  cannot name, write or forge it (no marker, no file, no path on any command line); the supervisor's own
+  exit status and the tests' real exit status (it waits for them) are checked.
+- Canaries: planted copies of passing tests, some that must pass and some that must fail with a one-time
+  message, named like the file's own; every one must be collected from its file with its expected outcome,
+  and pytest must exit with TESTS_FAILED. A blanket forgery, a forged exit, look-alike test modules or a cut
+  report show (`tampering`).
+- Acts, not spellings: an audit hook (PEP 578, installed before anything of the workspace is imported, not
+  removable) flags workspace code that walks frames or the object graph, reads /proc beyond its own status,
+  signals other processes, starts processes, uses ctypes or compiles code under a test file's name; and the
+  plugin checks, at every report, that pytest's, pluggy's, builtins' and the import system's attributes are
+  the ones they were before collection (`tampering`).
+What remains possible: the trusted plugin itself runs inside the test process, so a patch that forges reports
+selectively (failing exactly the planted must-fail checks with their messages, passing the real ones) and undoes
+every change to pytest before the next check, without any of the acts the hook sees, is not caught; and in
+sandboxes without a separate trusted user (`separates_trusted` False: not root, or no namespaces) the tested
+code runs as the supervisor's user and could reach its output. The sandbox, not this module, stands between the
+code and the host.
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
 import re
 import secrets
-import shlex
 import shutil
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tasks.grading.sentinels import plant
+from tasks.grading.verdict import Verdict, decide, grading_program
 from tasks.patching import (
     TEST_FILE,
     TEST_INFRASTRUCTURE,
@@ -64,6 +75,7 @@ EVAL_STATUSES = (
     "touches_tests",
     "touches_test_infrastructure",
     "suspicious_patch",
+    "tampering",
     "error",
 )
 STATUSES = EVAL_STATUSES  # the name other modules import
@@ -91,11 +103,7 @@ SUSPICIOUS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
-# The interpreter start: the workspace is not on sys.path while pytest and its plugins import
-# (-P), no user site (-s); the code under test still imports from the working directory, last.
-_BOOT = "import os, sys; import pytest; sys.path.append(os.getcwd()); sys.exit(pytest.main(sys.argv[1:]))"
-_PYTEST_INI = "[pytest]\\njunit_family = xunit1\\njunit_logging = no\\n"
-LOG_TAIL_BYTES = 2000  # of pytest's own output, shown in messages only
+GRADING_MARGIN_S = 30.0  # the supervisor's own start and report, beyond the tests' timeout
 
 
 @dataclass
@@ -119,88 +127,6 @@ class EvaluationResult:
             "message": self.message,
             "duration_s": self.duration_s,
         }
-
-
-def evaluation_command(test_ids: list[str], marker: str) -> str:
-    """The shell command that runs `test_ids` under a spectune-owned pytest setup and prints the report.
-
-    pytest's own output goes to a file; afterwards the command prints the file's tail, then one line
-    `<marker> rc=<exit status> report=<base64 of the gzipped JUnit XML, or "missing">`.
-    """
-    ids = " ".join(shlex.quote(t) for t in test_ids)
-    return "\n".join(
-        [
-            "R=$(mktemp -d -t spectune-eval.XXXXXX) || exit 125",
-            f"printf '{_PYTEST_INI}' > \"$R/pytest.ini\"",
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS= python -P -s -c "
-            + shlex.quote(_BOOT)
-            + ' -c "$R/pytest.ini" --rootdir=. -p no:cacheprovider -q -rA --tb=short'
-            + f' --junitxml="$R/report.xml" {ids} </dev/null >"$R/log" 2>&1',
-            "rc=$?",
-            f'tail -c {LOG_TAIL_BYTES} "$R/log"; echo',
-            'if [ -s "$R/report.xml" ]; then report=$(gzip -c "$R/report.xml" | base64 -w0); else report=missing; fi',
-            f'printf "%s rc=%s report=%s\\n" {shlex.quote(marker)} "$rc" "$report"',
-        ]
-    )
-
-
-def _junit_address(node_id: str) -> tuple[str, str]:
-    """(classname, name) that pytest's JUnit XML gives the test `node_id` (as its `mangle_test_address`)."""
-    path, bracket, params = node_id.partition("[")  # parameters may hold "::" or "/": kept whole
-    names = path.split("::")
-    names[0] = names[0].replace("/", ".").removesuffix(".py")
-    names[-1] += bracket + params
-    return ".".join(names[:-1]), names[-1]
-
-
-def read_report(output: str, marker: str, test_ids: list[str]) -> tuple[int | None, dict[str, str], str]:
-    """(pytest's exit status, outcome per expected test id, problem) from an evaluation command's output.
-
-    The problem is "" when the report is present and consistent; otherwise it says what is wrong
-    and every outcome is `error` or `missing`.
-    """
-    line = next((ln for ln in reversed(output.splitlines()) if ln.startswith(marker + " ")), None)
-    if line is None:
-        return None, dict.fromkeys(test_ids, "error"), "the evaluation printed no report line"
-    m = re.fullmatch(re.escape(marker) + r" rc=(\d+) report=(\S+)", line.strip())
-    if not m:
-        return None, dict.fromkeys(test_ids, "error"), "the report line is malformed"
-    rc = int(m.group(1))
-    if m.group(2) == "missing":
-        return rc, dict.fromkeys(test_ids, "missing"), f"pytest (exit status {rc}) wrote no report"
-    try:
-        root = ET.fromstring(gzip.decompress(base64.b64decode(m.group(2), validate=True)))
-    except (ValueError, OSError, EOFError, ET.ParseError) as exc:
-        return rc, dict.fromkeys(test_ids, "error"), f"the JUnit report does not parse ({type(exc).__name__})"
-    found: dict[tuple[str, str], list[str]] = {}
-    collect_errors: set[str] = set()
-    for case in root.iter("testcase"):
-        kinds = {child.tag for child in case}
-        if "failure" in kinds:
-            outcome = "failed"
-        elif "error" in kinds:
-            outcome = "error"
-        elif "skipped" in kinds:
-            skipped = case.find("skipped")
-            outcome = "failed" if skipped is not None and skipped.get("type") == "pytest.xfail" else "skipped"
-        else:
-            outcome = "passed"
-        address = (case.get("classname", ""), case.get("name", ""))
-        found.setdefault(address, []).append(outcome)
-        if address[0] == "" and outcome == "error":  # a collection error names the module only
-            collect_errors.add(address[1])
-    tests: dict[str, str] = {}
-    for tid in test_ids:
-        outcomes = found.get(_junit_address(tid))
-        module = _junit_address(tid.split("::", 1)[0] + "::x")[0]
-        if outcomes is None:
-            tests[tid] = "error" if module in collect_errors else "missing"
-        else:  # a teardown error adds a second entry: any non-pass decides
-            tests[tid] = next((o for o in outcomes if o != "passed"), "passed")
-    all_passed = all(o == "passed" for o in tests.values())
-    if all_passed and rc != 0:
-        return rc, tests, f"every listed test passed in the report, but pytest exited {rc}"
-    return rc, tests, ""
 
 
 def suspicious_lines(patch: str) -> list[str]:
@@ -257,8 +183,6 @@ def evaluate(
     def done(status: str, message: str = "", tests: dict[str, str] | None = None) -> EvaluationResult:
         return EvaluationResult(iid, status == "resolved", status, tests or {}, message, time.perf_counter() - t0)
 
-    test_ids = [*instance.fail_to_pass, *instance.pass_to_pass]
-    marker = f"SPECTUNE-REPORT-{secrets.token_hex(16)}"
     if len(model_patch.encode(errors="surrogateescape")) > DIFF_LIMIT:
         return done("patch_too_large", f"the patch exceeds {DIFF_LIMIT} bytes (DIFF_LIMIT)")
     with owned_tempdir("eval-") as tmp:
@@ -290,22 +214,24 @@ def evaluate(
             apply_patch(workspace, instance.test_patch)
         except PatchError as exc:
             return done("error", f"test_patch does not apply: {exc}")
-        sandbox = sandbox_factory()
-        try:
-            sandbox.start(workspace)
-            result = sandbox.run(evaluation_command(test_ids, marker), timeout=timeout)
-        finally:
-            sandbox.close()
-    if result.timed_out:
-        return done("unresolved", f"tests timed out after {timeout:g}s", dict.fromkeys(test_ids, "error"))
-    rc, tests, problem = read_report(result.output, marker, test_ids)
-    if problem:
-        tail = result.output.rsplit(marker, 1)[0].strip()[-300:]
-        return done("unresolved" if rc is not None else "error", f"{problem}; pytest said: {tail}", tests)
-    failing = [t for t, o in tests.items() if o != "passed"]
-    if failing:
-        return done("unresolved", f"{len(failing)} of {len(test_ids)} tests not passing: {failing[:5]}", tests)
-    return done("resolved", "", tests)
+        verdict = grade(instance, workspace, sandbox_factory, timeout)
+    return done(verdict.status, verdict.message, verdict.tests)
+
+
+def grade(instance: Instance, workspace: Path, sandbox_factory: Callable[[], Sandbox], timeout: float) -> Verdict:
+    """Plant the sentinels into `workspace` (its tests already reset), run its test files under the trusted
+    supervisor in a new sandbox, decide (module docstring)."""
+    test_ids = [*instance.fail_to_pass, *instance.pass_to_pass]
+    sentinels = plant(workspace, instance.pass_to_pass, test_ids, seed=secrets.randbits(64))
+    test_files = sorted({t.split("::", 1)[0] for t in test_ids})
+    program, job = grading_program(test_files, timeout)
+    sandbox = sandbox_factory()
+    try:
+        sandbox.start(workspace)
+        result = sandbox.run_trusted(program, job, timeout=timeout + GRADING_MARGIN_S)
+    finally:
+        sandbox.close()
+    return decide(result, test_ids, sentinels)
 
 
 def parse_outcomes(output: str, test_ids: list[str]) -> dict[str, str]:

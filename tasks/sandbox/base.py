@@ -55,6 +55,11 @@ class Sandbox(Protocol):
         """Run a shell command (bash -c) in the workspace; the whole process tree dies at timeout."""
         ...
 
+    def run_trusted(self, program: str, job: dict, timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+        """Run the grader's Python `program` as the sandbox's trusted user; it starts the untrusted part of `job`
+        as the command user (tasks/grading/supervisor.py)."""
+        ...
+
     def diff(self) -> str:
         """Unified git diff of the workspace against its starting state (new files included)."""
         ...

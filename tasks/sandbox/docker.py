@@ -33,6 +33,7 @@ the containers (and temp folders) of runners that died without closing theirs.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -374,6 +375,9 @@ class DockerSandbox:
                     BASELINE_DIR: f"rw,nosuid,nodev,noexec,size={self.limits.tmpfs_size},mode=0700",
                 },
                 cap_drop=["ALL"],
+                # only the trusted grading supervisor runs as root (run_trusted), to start the tests as the sandbox
+                # user: every command runs as that user, whose processes hold no capability at all
+                cap_add=["SETUID", "SETGID"],
                 security_opt=["no-new-privileges"],
                 mounts=self._mounts(),
                 stop_signal="SIGKILL",
@@ -558,6 +562,49 @@ class DockerSandbox:
         return CommandResult(
             returncode=None if timed_out else rc,
             output=normalize_output(out.decode("utf-8", errors="replace")),
+            timed_out=timed_out,
+            truncated=truncated,
+            duration_s=duration,
+        )
+
+    separates_trusted = True  # run_trusted's program runs as root, the commands it starts as the sandbox user
+
+    def run_trusted(self, program: str, job: dict[str, Any], timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+        """Run the Python `program` (source, `python -I -c`) in /workspace as root, the container's trusted user.
+
+        It gets `SPECTUNE_CHILD_PREFIX` (JSON argv that runs a program as the sandbox user under the command limits)
+        and `SPECTUNE_GRADER_JOB` (JSON `job` plus the command environment as `env`) in its environment and starts
+        the untrusted part itself (tasks/grading/supervisor.py). The whole exec ends at `timeout`.
+        """
+        self._require_started()
+        if not (isinstance(timeout, int | float) and 0 < timeout < 10**7):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        prefix = [
+            *self.limits.prlimit_args("prlimit", timeout),
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+        grader_job = {**job, "env": self.env, "kill_leftovers": True}
+        env = {**self.env, "SPECTUNE_CHILD_PREFIX": json.dumps(prefix), "SPECTUNE_GRADER_JOB": json.dumps(grader_job)}
+        python = os.path.join(self._venv, "bin", "python")
+        script = f'cd {WORKSPACE} || exit 125; exec timeout --kill-after={KILL_AFTER_S}s "$1" {python} -I -c "$2"'
+        argv = ["bash", "-c", script, "sandbox", f"{timeout:.3f}s", program]
+        started = time.monotonic()
+        rc, out, truncated, backstop = self._exec(
+            argv, env=env, timeout=timeout, limit=self.limits.output_limit, user="0:0"
+        )
+        duration = time.monotonic() - started
+        self._kill_user_processes()  # nothing the tests started outlives the grading
+        timed_out = backstop or (rc in (124, 137) and duration >= timeout)
+        return CommandResult(
+            returncode=None if timed_out else rc,
+            output=out.decode("utf-8", errors="replace"),
             timed_out=timed_out,
             truncated=truncated,
             duration_s=duration,

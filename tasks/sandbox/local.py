@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 import pwd
 import re
@@ -621,12 +622,37 @@ class LocalSandbox:
 
     def run(self, command: str, timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
         """Run `bash -c command` in the workspace; see the module docstring for how."""
+        if "\0" in command:  # cannot be passed to bash at all: the command's own error, not the sandbox's
+            self._check_run(timeout)
+            return CommandResult(returncode=2, output="sandbox: the command contains a NUL byte\n")
+        return self._execute(command, timeout, trusted=None)
+
+    @property
+    def separates_trusted(self) -> bool:
+        """`run_trusted`'s program runs as another user than the commands it starts (root and namespaces)."""
+        return self.isolation == "namespaces"
+
+    def run_trusted(self, program: str, job: dict[str, Any], timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
+        """Run the Python `program` (source, run with `python -I -c`) in the workspace as the sandbox's *trusted* user.
+
+        It gets `SPECTUNE_CHILD_PREFIX` (JSON argv that runs a program as the command user under the command
+        limits) and `SPECTUNE_GRADER_JOB` (JSON `job`, plus the command environment as `env` and whether leftovers
+        may be killed with `kill -1`) in its environment, and starts the untrusted part itself (see
+        tasks/grading/supervisor.py). As root with namespaces the trusted user is root inside the command's
+        namespaces and the command user is `user`; elsewhere both are the caller (`separates_trusted` is False).
+        """
+        if "\0" in program:
+            raise ValueError("the trusted program contains a NUL byte")
+        return self._execute(program, timeout, trusted=job)
+
+    def _check_run(self, timeout: float) -> None:
         if not self._started or self._closed:
             raise SandboxError("sandbox not started (call start(source) first) or already closed")
         if not (isinstance(timeout, int | float) and 0 < timeout < 10**7):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if "\0" in command:  # cannot be passed to bash at all: the command's own error, not the sandbox's
-            return CommandResult(returncode=2, output="sandbox: the command contains a NUL byte\n")
+
+    def _execute(self, command: str, timeout: float, trusted: dict[str, Any] | None) -> CommandResult:
+        self._check_run(timeout)
         self._counter += 1
         cg = self._res.cgroup
         child = None
@@ -637,7 +663,7 @@ class LocalSandbox:
             except OSError as exc:
                 raise SandboxError(f"cannot create the command's cgroup under {cg.parent}: {exc}") from exc
         status_r, status_w = os.pipe()
-        argv, env = self._command_line(status_w, timeout, child)
+        argv, env = self._command_line(status_w, timeout, child, trusted)
         argv.append(command)
         capture = OutputCapture(self.limits.output_limit)
         t0 = time.monotonic()
@@ -788,7 +814,7 @@ class LocalSandbox:
         self._fstab.write_text("\n".join(lines) + "\n")
 
     def _command_line(
-        self, status_fd: int, timeout: float, child: list[Path] | None
+        self, status_fd: int, timeout: float, child: list[Path] | None, trusted: dict[str, Any] | None = None
     ) -> tuple[list[str], dict[str, str]]:
         q = shlex.quote
         fd = status_fd
@@ -832,7 +858,14 @@ class LocalSandbox:
             ]
         elif self.isolation == "userns" and self._setpriv:
             run += [self._setpriv, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
-        run += [self._bash, "-c", '"$1"']
+        if trusted is not None:
+            # the trusted program runs as the namespace's root (no limits of the command's own) and starts the
+            # untrusted part with `run` as its prefix: as `user`, under the limits, without privileges
+            job = {**trusted, "env": env, "kill_leftovers": self.separates_trusted}
+            env = {**env, "SPECTUNE_CHILD_PREFIX": json.dumps(run), "SPECTUNE_GRADER_JOB": json.dumps(job)}
+            run = [os.path.join(self._python_bindir, "python"), "-I", "-c", '"$1"']
+        else:
+            run += [self._bash, "-c", '"$1"']
         script = "\n".join(
             [
                 "set -e",

@@ -17,8 +17,7 @@ import pytest
 from tasks.evaluation import (
     SUSPICIOUS_PATTERNS,
     evaluate,
-    evaluation_command,
-    read_report,
+    grade,
     reset_test_files,
     suspicious_lines,
 )
@@ -167,50 +166,10 @@ def test_planted_runner_replacements_do_not_change_the_outcome(kind, instance, t
         (ws / rel).write_text(text)
     (ws / pkg / "__init__.py").write_text((ws / pkg / "__init__.py").read_text() + init_extra)
     apply_patch(ws, instance.test_patch)
-    marker = "SPECTUNE-REPORT-test"
-    sandbox = factory()
-    try:
-        sandbox.start(ws)
-        result = sandbox.run(evaluation_command(ids, marker), timeout=120)
-    finally:
-        sandbox.close()
-    rc, tests, problem = read_report(result.output, marker, ids)
-    assert problem == "" and rc == 1, (problem, result.output[-1500:])
-    assert all(tests[t] == "failed" for t in instance.fail_to_pass), tests
-    assert all(tests[t] == "passed" for t in instance.pass_to_pass), tests
-    assert "PASSED" in result.output  # the forged lines were printed, and decided nothing
-
-
-def test_junit_addresses_follow_pytests_mangling():
-    from tasks.evaluation import _junit_address
-
-    assert _junit_address("tests/test_ok.py::test_p[a/b::c]") == ("tests.test_ok", "test_p[a/b::c]")
-    assert _junit_address("tests/test_a.py::TestK::test_two[1]") == ("tests.test_a.TestK", "test_two[1]")
-    assert _junit_address("tests/test_bad.py") == ("", "tests.test_bad")  # a collection error
-
-
-def test_report_must_agree_with_the_exit_status_and_list_every_test():
-    ids = ["tests/test_a.py::test_one", "tests/test_a.py::TestK::test_two[1]"]
-    import base64
-    import gzip
-
-    def line(rc: int, xml: str) -> str:
-        return f"M rc={rc} report={base64.b64encode(gzip.compress(xml.encode())).decode()}\n"
-
-    both = (
-        '<testsuites><testsuite><testcase classname="tests.test_a" name="test_one"/>'
-        '<testcase classname="tests.test_a.TestK" name="test_two[1]"/></testsuite></testsuites>'
-    )
-    assert read_report(line(0, both), "M", ids) == (0, dict.fromkeys(ids, "passed"), "")
-    _, _, problem = read_report(line(1, both), "M", ids)
-    assert "exited 1" in problem
-    one = '<testsuites><testsuite><testcase classname="tests.test_a" name="test_one"/></testsuite></testsuites>'
-    assert read_report(line(0, one), "M", ids)[1][ids[1]] == "missing"
-    failing = both.replace('name="test_one"/>', 'name="test_one"><failure message="x"/></testcase>')
-    assert read_report(line(1, failing), "M", ids)[1] == {ids[0]: "failed", ids[1]: "passed"}
-    forged = "PASSED tests/test_a.py::test_one\nM rc=0 report=missing\n"
-    assert read_report(forged, "M", ids)[1] == dict.fromkeys(ids, "missing")
-    assert read_report("PASSED tests/test_a.py::test_one\n", "M", ids)[2] == "the evaluation printed no report line"
+    verdict = grade(instance, ws, factory, timeout=120)
+    assert verdict.status == "unresolved", (verdict.status, verdict.message)
+    assert all(verdict.tests[t] == "failed" for t in instance.fail_to_pass), verdict.tests
+    assert all(verdict.tests[t] == "passed" for t in instance.pass_to_pass), verdict.tests
 
 
 def test_gold_patches_of_the_whole_suite_are_never_suspicious():
