@@ -14,8 +14,11 @@ sandbox's namespaces or container) and starts them. It does not trust anything t
   (`touches_tests`), anything that configures or replaces the test runner — `conftest.py`, `pytest.py`,
   `pytest.ini`, `tox.ini`, `setup.cfg`, the `[tool.pytest*]` tables of `pyproject.toml`,
   `sitecustomize.py`, `usercustomize.py`, `*.pth`, bytecode (`touches_test_infrastructure`) — on paths
-  decoded the way git decodes them; and, as a cheap first line, added code that reaches for pytest's
+  decoded the way git decodes them; a binary hunk on a source file or a compiled module (`unsafe_patch`); more
+  than MAX_PATCH_FILES files (`too_many_files`: grading time stays bounded); and, as a cheap first line, code
+  the patch really wrote (the applied contents, whatever the diff's encoding) that reaches for pytest's
   internals, frames, the module table, `atexit`, processes or /proc (`suspicious_patch`, SUSPICIOUS_PATTERNS).
+  Symbolic links the diff holds are left out, never graded (a stray link is no reason to refuse a fix).
 - The tests' interpreter cannot be replaced or configured by the workspace: `python -P -s` (the working
   directory is appended to `sys.path` only after pytest is imported), plugin autoload off, `-c /dev/null`,
   `--rootdir` fixed, no cache.
@@ -57,8 +60,12 @@ from tasks.patching import (
     TEST_INFRASTRUCTURE,
     PatchError,
     PatchParseError,
+    TooManyFilesError,
+    added_lines,
     apply_patch,
+    binary_sources,
     check_patch,
+    drop_symlinks,
     touched_test_infrastructure,
     touched_tests,
 )
@@ -75,6 +82,7 @@ EVAL_STATUSES = (
     "touches_tests",
     "touches_test_infrastructure",
     "suspicious_patch",
+    "too_many_files",
     "tampering",
     "error",
 )
@@ -103,6 +111,7 @@ SUSPICIOUS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
+COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")  # extension modules: code no text check can read
 GRADING_MARGIN_S = 30.0  # the supervisor's own start and report, beyond the tests' timeout
 
 
@@ -129,19 +138,27 @@ class EvaluationResult:
         }
 
 
-def suspicious_lines(patch: str) -> list[str]:
-    """`why: line` for each line the patch adds outside test files that matches SUSPICIOUS_PATTERNS."""
+def suspicious_lines(added: dict[str, list[str]]) -> list[str]:
+    """`why: path: line` for each added line outside test files that matches SUSPICIOUS_PATTERNS.
+
+    `added` is what the patch really wrote, per file (tasks.patching.added_lines: the applied contents, not the
+    diff's text, so a binary hunk or another encoding hides nothing).
+    """
     hits = []
-    path = ""
-    for line in patch.splitlines():
-        if line.startswith("+++ "):
-            path = line[4:].split("\t", 1)[0]
-        elif line.startswith("+") and not TEST_FILE.search(path):
+    for path, lines in added.items():
+        if TEST_FILE.search(path):
+            continue
+        for line in lines:
             for why, pattern in SUSPICIOUS_PATTERNS:
                 if pattern.search(line):
-                    hits.append(f"{why}: {line[1:].strip()[:120]}")
+                    hits.append(f"{why}: {path}: {line.strip()[:120]}")
                     break
     return hits
+
+
+def compiled_modules(paths: list[str]) -> list[str]:
+    """Paths of compiled extension modules (`.so`, `.pyd`, ...): native code that runs at import, unreadable."""
+    return [p for p in paths if p.lower().endswith(COMPILED_SUFFIXES)]
 
 
 def _is_test_or_infrastructure(rel: str) -> bool:
@@ -185,17 +202,22 @@ def evaluate(
 
     if len(model_patch.encode(errors="surrogateescape")) > DIFF_LIMIT:
         return done("patch_too_large", f"the patch exceeds {DIFF_LIMIT} bytes (DIFF_LIMIT)")
+    # symbolic links are never part of a fix: graded without them, and said so
+    patch, links = drop_symlinks(model_patch)
+    note = f" (symbolic links left out: {links})" if links else ""
     with owned_tempdir("eval-") as tmp:
         clean = materialize(instance, Path(tmp) / "clean")
         workspace = materialize(instance, Path(tmp) / "workspace")
         try:
-            paths = check_patch(model_patch, workspace)
+            paths = check_patch(patch, workspace)
+        except TooManyFilesError as exc:
+            return done("too_many_files", str(exc))
         except PatchParseError as exc:
             return done("patch_failed", str(exc))
         except PatchError as exc:
             return done("unsafe_patch", str(exc))
         try:
-            apply_patch(workspace, model_patch)
+            apply_patch(workspace, patch)
         except PatchError as exc:
             return done("patch_failed", str(exc))
         # infrastructure first: a conftest.py is a test file too, but it says more about the patch
@@ -205,7 +227,11 @@ def evaluate(
         tests_touched = touched_tests(paths)
         if tests_touched:
             return done("touches_tests", f"the patch edits test files: {tests_touched}")
-        suspicious = suspicious_lines(model_patch)
+        unsafe = binary_sources(patch, workspace, paths, before=clean) + compiled_modules(paths)
+        if unsafe:
+            return done("unsafe_patch", f"the patch writes source or compiled code no check can read: {unsafe}")
+        # the cheap first line: what the patch really wrote into each file, whatever the diff's encoding
+        suspicious = suspicious_lines(added_lines(clean, workspace, paths))
         if suspicious:
             more = f" (+{len(suspicious) - 1} more)" if len(suspicious) > 1 else ""
             return done("suspicious_patch", f"the patch {suspicious[0]}{more}")
@@ -215,7 +241,7 @@ def evaluate(
         except PatchError as exc:
             return done("error", f"test_patch does not apply: {exc}")
         verdict = grade(instance, workspace, sandbox_factory, timeout)
-    return done(verdict.status, verdict.message, verdict.tests)
+    return done(verdict.status, verdict.message + note, verdict.tests)
 
 
 def grade(instance: Instance, workspace: Path, sandbox_factory: Callable[[], Sandbox], timeout: float) -> Verdict:

@@ -1,4 +1,4 @@
-"""Check a suite: the gold patch resolves every instance and the empty patch resolves none.
+"""Check a suite: the gold patch resolves every instance, the empty patch resolves none, and neither is flagged.
 
     python -m tasks.validate swe-lite --split test [--sandbox local|docker] [--limit N]
 
@@ -47,6 +47,8 @@ def mismatches(rows: list[tuple[Instance, EvaluationResult, EvaluationResult]]) 
             out.append(f"{inst.instance_id}: gold patch not resolved ({gold.status}: {gold.message})")
         if empty.resolved:
             out.append(f"{inst.instance_id}: empty patch resolves it (the task is trivial)")
+        if empty.status == "tampering":  # the unchanged project itself set off a check: a false alarm
+            out.append(f"{inst.instance_id}: empty patch flagged as tampering ({empty.message})")
     return out
 
 
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     times = [g.duration_s for _, g, _ in rows]
     if times:
         console.print(f"one evaluation: median {statistics.median(times):.2f}s, max {max(times):.2f}s")
+    statuses = Counter(f"gold {g.status}" for _, g, _ in rows) + Counter(f"empty {e.status}" for _, _, e in rows)
+    console.print(f"statuses: {dict(sorted(statuses.items()))}")
     diffs = Counter(i.difficulty for i, _, _ in rows)
     console.print(f"difficulty: {dict(diffs)}")
     for line in problems:

@@ -3,8 +3,8 @@
 Each `DockerSandbox` owns one container of the sandbox image (`python -m tasks.sandbox
 build-image`): no network (`network_mode="none"`: not even the host's 127.0.0.1), capped memory
 (no swap), CPUs and processes (`pids_limit`), a read-only root filesystem with a private tmpfs at
-/tmp, no capabilities, no privilege gain, docker-init reaping orphans and a long-lived
-`sleep infinity` as the main process. `start(source)` copies `source` (without .git) into
+/tmp, no capabilities, no privilege gain, docker-init reaping orphans and, as the main process,
+a watchdog on the runner (below). `start(source)` copies `source` (without .git) into
 /workspace, an anonymous volume owned by the sandbox user (65534; a tmpfs of `workspace_size`, so
 a command cannot fill the host's disk), and commits a baseline with
 fixed names and dates twice: in /workspace/.git for the agent, and in a root-only tmpfs
@@ -19,16 +19,28 @@ Debian bookworm image (the host's OS, so the interpreter's shared libraries are 
 environment is a fixed list (`sandbox_env`), nothing inherited; stdout and stderr share one pipe;
 pytest's session timing is stripped from its summary lines (`normalize_output`); git runs with the
 local sandbox's settings, identity and diff flags; output is capped by the same `OutputCapture`.
-What differs: `ps` shows the container's init, its `sleep` and the wrapper below; RLIMIT_NPROC is not set
+What differs: `ps` shows the container's init, its `cat` and the wrapper below; RLIMIT_NPROC is not set
 (`pids_limit` counts per container, where RLIMIT_NPROC would count the uid's processes in every
 container and on the host alike).
 
 A command's process tree dies with it: `timeout --kill-after` ends the command at its timeout,
 then the wrapper kills every process of the sandbox user (`kill -KILL -1`), which also takes
 `setsid` grandchildren and background jobs; a client-side deadline repeats the kill from a second
-exec as a backstop, and restarts the container as a last resort (the workspace volume survives).
-Containers are labelled with their runner's owner token; the first sandbox a process makes removes
-the containers (and temp folders) of runners that died without closing theirs.
+exec as a backstop, and restarts the container as a last resort (a plain workspace volume survives
+the restart; with `workspace_size`, the default, the volume is a tmpfs and, like the root-only
+tmpfs holding the baseline repository, comes back empty: after a restart the sandbox refuses every
+further command and `diff()` with a SandboxError saying so, instead of answering from an empty workspace).
+
+A container dies with its runner, at once, however the runner ends (SIGKILL included): its main
+process (root's, out of the sandbox user's reach) is `cat > /dev/null` reading the container's
+stdin (`stdin_open`, and `StdinOnce`: the stdin closes when the attached client goes), and the
+sandbox attaches to that stdin before it starts the container and holds the connection until
+`close()`. When the runner's process ends, the kernel closes its end, dockerd closes the stdin,
+`cat` reads end of file and exits, docker-init with it, and the container stops; `auto_remove`
+then removes it and its workspace volume. A last-resort restart attaches again. As a second line,
+containers are labelled with their runner's owner token, and the first sandbox a process makes
+removes the containers (and temp folders) of runners that died without closing theirs (one
+killed between creating its container and attaching, for instance).
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ from tasks.sandbox.base import (
 from tasks.sandbox.image import DEFAULT_TAG
 from tasks.sandbox.limits import GIB, MIB, Limits, OutputCapture
 from tasks.sandbox.local import (  # git settings, environments and output normalisation: the same bytes as local
+    BASELINE_ATTRIBUTES,
     DIFF_FLAGS,
     GIT_CONFIG,
     GIT_IDENTITY,
@@ -78,6 +91,9 @@ API_TIMEOUT_S = 120.0
 OWNER_LABEL = "org.spectune.owner"  # `<host>:<owner token>` of the process that made the container
 BASELINE_DIR = "/run/spectune"  # root-only tmpfs: the sandbox's own baseline repository
 BASELINE_GIT = f"{BASELINE_DIR}/baseline.git"
+# the container's main process: ends (and with it the container) when the runner's attached stdin closes
+WATCHDOG_COMMAND = ["sh", "-c", "exec cat > /dev/null"]
+REMOVE_WAIT_S = 10.0  # close(): how long to wait for a removal the daemon already has in progress
 
 
 START_HELP = (
@@ -236,12 +252,22 @@ def _git_cmd(*args: str, git_dir: bool = False) -> str:
 
 
 def _baseline_script(git_dir: bool) -> str:
+    # the sandbox's own repository reads no attribute of the workspace's (BASELINE_ATTRIBUTES)
+    attributes = (
+        [
+            f"mkdir -p {BASELINE_GIT}/info",
+            f"printf '%s\\n' {shlex.quote(BASELINE_ATTRIBUTES)} > {BASELINE_GIT}/info/attributes",
+        ]
+        if git_dir
+        else []
+    )
     return " && ".join(
         [
             "set -e",
             "exec 2>&1",
             f"cd {WORKSPACE}",
             _git_cmd("init", "-q", "--template=", git_dir=git_dir),
+            *attributes,
             _git_cmd("add", "-A", git_dir=git_dir),
             _git_cmd("commit", "-q", "--no-verify", "--allow-empty", "-m", "baseline", git_dir=git_dir),
             _git_cmd("rev-parse", "HEAD", git_dir=git_dir),
@@ -304,7 +330,9 @@ class DockerSandbox:
         self.env = sandbox_env(bindir if mount_host_python else "")
         self.bash = _bash_path()
         self.container: Any = None
+        self._watchdog: Any = None  # the attached stdin of the container's main process (see the module docstring)
         self.baseline: str | None = None
+        self._lost = False  # the last-resort restart emptied the workspace (see _restart)
         self._closed = False
         self.client = connect(base_url, ping_timeout)
         import docker.errors
@@ -358,7 +386,9 @@ class DockerSandbox:
         try:
             self.container = self.client.containers.create(
                 self.image,
-                command=["sleep", "infinity"],
+                command=WATCHDOG_COMMAND,
+                stdin_open=True,  # with the SDK's default attach settings also StdinOnce: see _watch
+                auto_remove=True,  # stopped (its runner gone): removed, with its workspace volume
                 init=True,  # docker-init as PID 1 reaps orphans: no zombies eating pids_limit
                 user="0:0",
                 working_dir="/",
@@ -383,6 +413,7 @@ class DockerSandbox:
                 stop_signal="SIGKILL",
                 labels={"org.spectune.sandbox": "docker", OWNER_LABEL: f"{socket.gethostname()}:{owner_token()}"},
             )
+            self._watch()  # before start: no moment when the container runs unwatched
             self.container.start()
             with _tar_source(source, self.uid, self.gid) as archive:
                 if not self.container.put_archive(WORKSPACE, archive):
@@ -413,15 +444,22 @@ class DockerSandbox:
             raise SandboxError(f"the two baseline commits differ ({ids[0]} vs {ids[1]})")
         self.baseline = ids[1]
 
+    def _watch(self) -> None:
+        """Attach to the main process's stdin and hold the connection: when it closes, the container stops.
+
+        The container is created with `StdinOnce`, so the stdin closes as soon as this client goes,
+        whether `close()` closes it or the kernel does because this process ended (even by SIGKILL).
+        """
+        self._watchdog = self.client.api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
+
     def close(self) -> None:
         """Remove the container and its workspace volume (force). Safe to call twice."""
         container, self.container = self.container, None
+        watchdog, self._watchdog = self._watchdog, None
         self._closed = True
         if container is not None:
-            try:
-                container.remove(force=True, v=True)
-            except Exception:
-                pass
+            _remove(container)
+        _close_socket(watchdog)  # after the removal: a stop it caused would race with it
 
     def __enter__(self) -> DockerSandbox:
         return self
@@ -442,6 +480,11 @@ class DockerSandbox:
         if self.container is None:
             raise SandboxError(
                 "the sandbox is closed" if self._closed else "the sandbox is not started (call start(source) first)"
+            )
+        if self._lost:
+            raise SandboxError(
+                "the container had to be restarted to stop a command that would not die; its workspace and "
+                "baseline (tmpfs) are gone: make a new sandbox"
             )
 
     def _exec(
@@ -534,11 +577,23 @@ class DockerSandbox:
             pass
 
     def _restart(self) -> None:
-        """Last resort: restart the container (kills every process; the workspace volume stays)."""
+        """Last resort: restart the container (kills every process; see the module docstring), then watch it again.
+
+        The restart keeps the container (the daemon suspends `auto_remove` for it); its new main
+        process reads a new stdin, so the old connection is closed only after a new one is attached.
+        """
+        self._lost = True  # a restart remounts the tmpfs workspace and baseline empty: nothing after it is valid
         try:
             self.container.restart(timeout=0)
         except Exception:
-            pass
+            return  # the old main process may still run: keep the connection that watches it
+        old = self._watchdog
+        try:
+            self._watch()
+        except Exception:
+            self._watchdog = old
+            return
+        _close_socket(old)
 
     def _prlimit_options(self, timeout: float) -> str:
         """The wrapper's `prlimit` options: the limits' own arguments without the program and the `--`."""
@@ -637,6 +692,38 @@ class DockerSandbox:
         if rc != 0 or timed_out:
             raise SandboxError(f"git diff in the container failed (exit {rc}): {text[-2000:]}")
         return text
+
+
+def _close_socket(sock: Any) -> None:
+    """Close a hijacked docker connection for real (closing the SDK's wrapper alone leaves it open)."""
+    if sock is None:
+        return
+    raw = getattr(sock, "_sock", None) or sock  # the SDK's SocketIO wrapper drops `_sock` when closed
+    for step in (lambda: raw.shutdown(socket.SHUT_RDWR), lambda: raw.close(), lambda: sock.close()):
+        try:
+            step()
+        except Exception:
+            pass
+
+
+def _remove(container: Any) -> None:
+    """Force-remove a container and its anonymous volumes; one gone already, or going (auto_remove), is fine."""
+    import docker.errors
+
+    deadline = time.monotonic() + REMOVE_WAIT_S
+    while True:
+        try:
+            container.remove(force=True, v=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as e:
+            # 409: the daemon is removing it already (auto_remove, its main process having ended): wait for that
+            if e.status_code != 409 or time.monotonic() > deadline:
+                return
+        except Exception:
+            return
+        time.sleep(0.1)
 
 
 _REAPED: set[str] = set()

@@ -92,8 +92,9 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_DATE": FIXED_DATE,
 }
 # `git -c` settings for every git the sandbox runs itself (as root, on the host): no hooks, no
-# fsmonitor, no line-ending conversion, no signing, stable abbreviations.
+# fsmonitor, no line-ending conversion, no signing, stable abbreviations, no attributes file of the user's.
 GIT_CONFIG = (
+    "core.attributesFile=/dev/null",
     "core.autocrlf=false",
     "core.safecrlf=false",
     "core.fsmonitor=false",
@@ -115,6 +116,15 @@ DIFF_FLAGS = (
     "--binary",  # a binary file in the workspace must not make the whole diff unappliable
     "--src-prefix=a/",
     "--dst-prefix=b/",
+)
+# $GIT_DIR/info/attributes of the sandbox's own baseline repository (both sandboxes): the highest precedence of all
+# attribute sources, and `!attr` (unspecified) there counts as decided, so no .gitattributes of the workspace (nor a
+# macro it defines, `binary` = `-diff -merge -text` included) can change how a file is added or diffed: no eol or
+# encoding conversion, no clean filter, no `$Id$` collapse, no `-diff` hiding a text file behind a binary patch. Every
+# attribute git itself reads is listed; `diff` left unspecified means git's own test (a NUL byte: binary).
+BASELINE_ATTRIBUTES = (
+    "* !text !crlf !eol !ident !filter !working-tree-encoding !diff !merge !conflict-marker-size !whitespace"
+    " !export-ignore !export-subst !delta !encoding !binary"
 )
 # Directories every user may write: in the namespace each becomes a private, size-capped tmpfs.
 TMPFS_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # a private /run: no host service sockets
@@ -180,6 +190,7 @@ def git_env(home: str) -> dict[str, str]:
         "TZ": "UTC",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_ATTR_NOSYSTEM": "1",  # nor the system's gitattributes file (GIT_CONFIG_NOSYSTEM does not cover it)
         **GIT_IDENTITY,
     }
 
@@ -611,6 +622,8 @@ class LocalSandbox:
         self._git(["add", "-A"], cwd=ws, git_dir=None)
         self._git(["commit", "-q", "--no-verify", "--allow-empty", "-m", "baseline"], cwd=ws, git_dir=None)
         self._git(["init", "-q", "--template="])
+        (self._git_dir / "info").mkdir(exist_ok=True)
+        (self._git_dir / "info" / "attributes").write_text(BASELINE_ATTRIBUTES + "\n")  # see BASELINE_ATTRIBUTES
         self._git(["add", "-A"])
         self._git(["commit", "-q", "--no-verify", "--allow-empty", "-m", "baseline"])
         self._baseline = self._git(["rev-parse", "HEAD"]).strip()

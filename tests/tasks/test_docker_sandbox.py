@@ -8,6 +8,7 @@ tests need neither.
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import statistics
 import sys
@@ -18,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, WORKSPACE, SandboxError
-from tasks.sandbox.docker import SANDBOX_UID, DockerSandbox, host_python_paths, sandbox_env, strip_pytest_timing
+from tasks.sandbox.docker import (
+    SANDBOX_UID,
+    DockerSandbox,
+    _close_socket,
+    host_python_paths,
+    sandbox_env,
+    strip_pytest_timing,
+)
 from tasks.sandbox.task_python import task_python
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
@@ -144,6 +152,35 @@ def test_echo_exit_code_cwd_and_diff(sandbox: DockerSandbox):
     # the baseline lives outside the agent's reach: losing the workspace's .git changes nothing
     assert sandbox.run("rm -rf .git && git init -q && git add -A && git commit -qm mine", timeout=10).ok
     assert sandbox.diff() == diff
+
+
+# see tests/tasks/test_local_sandbox.py: the same workspace attributes, the same diff as without them
+WORKSPACE_ATTRIBUTES = [
+    "*.py binary\n",
+    "*.py -diff filter=x\n",
+    "[attr]hide -diff -text\n*.py hide ident\n*.txt text eol=lf working-tree-encoding=UTF-16\n",
+]
+
+
+def _diff_sections(diff: str) -> dict[str, str]:
+    return {part.split(" b/", 1)[0]: part for part in diff.split("diff --git a/")[1:]}
+
+
+@pytest.mark.parametrize("attributes", WORKSPACE_ATTRIBUTES, ids=["binary", "-diff filter", "macro eol encoding"])
+def test_diff_ignores_the_workspaces_gitattributes(docker_ok, repo: Path, attributes: str):
+    (repo / "crlf.txt").write_bytes(b"a\r\nb\r\n")
+    with DockerSandbox() as box:
+        box.start(repo)
+        edit = "sed -i 's/a + b/a - b/' pkg/mod.py && printf 'c\\r\\n' >> crlf.txt && printf 'x\\0y' > blob.bin"
+        assert box.run(edit, timeout=10).ok
+        plain = _diff_sections(box.diff())
+        assert box.run(f"printf %s {shlex.quote(attributes)} > .gitattributes", timeout=10).ok
+        sections = _diff_sections(box.diff())
+    assert "+" + attributes.splitlines()[0] + "\n" in sections[".gitattributes"]
+    assert "GIT binary patch" not in sections["pkg/mod.py"] and "+    return a - b\n" in sections["pkg/mod.py"]
+    assert " a\r\n b\r\n+c\r\n" in sections["crlf.txt"]  # no line-end conversion
+    assert "GIT binary patch" in sections["blob.bin"]  # a real binary file still is one
+    assert {name: sections[name] for name in plain} == plain  # byte for byte as without the attributes
 
 
 def test_same_baseline_commit_everywhere(docker_ok, repo: Path):
@@ -321,3 +358,52 @@ def test_close_removes_the_container_and_is_idempotent(docker_ok, repo: Path):
     with pytest.raises(SandboxError):
         box.run("true")
     assert statistics.median(times[1:]) < 2.0
+
+
+def _gone(get, seconds: float) -> bool:
+    """Whether `get()` raises NotFound within `seconds`."""
+    import docker.errors
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            get()
+        except docker.errors.NotFound:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_container_dies_when_its_watchdog_connection_closes(docker_ok, repo: Path):
+    box = DockerSandbox()
+    box.start(repo)
+    container_id = box.container.id
+    info = box.client.api.inspect_container(container_id)
+    assert info["Config"]["OpenStdin"] and info["Config"]["StdinOnce"] and info["HostConfig"]["AutoRemove"]
+    volume = next(m["Name"] for m in info["Mounts"] if m["Destination"] == WORKSPACE)
+    # the last-resort restart keeps the container (auto_remove notwithstanding) and watches it again
+    box._restart()
+    assert box.client.containers.get(container_id).status == "running"
+    with pytest.raises(SandboxError, match="restarted"):  # its tmpfs workspace came back empty: refused, said so
+        box.run("echo still alive", timeout=10)
+    with pytest.raises(SandboxError, match="restarted"):
+        box.diff()
+    _close_socket(box._watchdog)  # what the kernel does when the runner dies
+    assert _gone(lambda: box.client.containers.get(container_id), 10.0), "the container outlived its watchdog"
+    assert _gone(lambda: box.client.volumes.get(volume), 5.0), "auto_remove left the workspace volume"
+    box.close()  # already gone: nothing to do, no error
+    box.close()
+
+
+def test_close_while_the_container_removes_itself(docker_ok, repo: Path):
+    import docker.errors
+
+    box = DockerSandbox()
+    box.start(repo)
+    container_id = box.container.id
+    volume = next(m["Name"] for m in box.container.attrs["Mounts"] if m["Destination"] == WORKSPACE)
+    _close_socket(box._watchdog)  # the container stops and auto_remove starts, while close() removes it too
+    box.close()
+    with pytest.raises(docker.errors.NotFound):
+        box.client.containers.get(container_id)
+    assert _gone(lambda: box.client.volumes.get(volume), 5.0), "the workspace volume outlived close()"

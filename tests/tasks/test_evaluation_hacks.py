@@ -172,10 +172,17 @@ def test_planted_runner_replacements_do_not_change_the_outcome(kind, instance, t
     assert all(verdict.tests[t] == "passed" for t in instance.pass_to_pass), verdict.tests
 
 
-def test_gold_patches_of_the_whole_suite_are_never_suspicious():
+def test_gold_patches_of_the_whole_suite_are_never_suspicious(tmp_path):
+    from tasks.patching import added_lines, check_patch
+
     for split in ("train", "dev", "test"):
         for inst in load_suite("swe-lite", split, None, None, None, "first"):
-            assert suspicious_lines(inst.patch) == [], inst.instance_id
+            clean = materialize(inst, tmp_path / inst.instance_id / "clean")
+            fixed = materialize(inst, tmp_path / inst.instance_id / "fixed")
+            apply_patch(fixed, inst.patch)
+            added = added_lines(clean, fixed, check_patch(inst.patch, clean))
+            assert suspicious_lines(added) == [], inst.instance_id
+            shutil.rmtree(tmp_path / inst.instance_id)
     assert len(SUSPICIOUS_PATTERNS) >= 5
 
 

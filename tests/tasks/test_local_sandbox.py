@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 from tasks.sandbox import SandboxError, make_sandbox
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, WORKSPACE
 from tasks.sandbox.limits import OutputCapture, elision_marker
-from tasks.sandbox.local import LocalSandbox, command_env, normalize_output
+from tasks.sandbox.local import TMPFS_DIRS, LocalSandbox, command_env, normalize_output
 
 
 def _marker() -> str:
@@ -97,6 +98,40 @@ def test_diff_survives_the_command_rewriting_its_git(sandbox: LocalSandbox) -> N
     r = sandbox.run("echo x >> a.txt && git add -A && git commit -qm mine && rm -rf .git", timeout=20)
     assert r.ok, r.output
     assert "+x" in sandbox.diff()
+
+
+# A workspace's .gitattributes (or any git configuration) must not change what diff() shows: `binary` (= -diff -merge
+# -text) or `-diff` would turn a .py edit into a binary patch that text checks cannot read, `text`/`eol` rewrite line
+# ends, `filter=`/`ident` the content.
+WORKSPACE_ATTRIBUTES = [
+    "*.py binary\n",
+    "*.py -diff filter=x\n",
+    "[attr]hide -diff -text\n*.py hide ident\n*.txt text eol=lf working-tree-encoding=UTF-16\n",
+]
+
+
+def _diff_sections(diff: str) -> dict[str, str]:
+    """Each file's part of a git diff, by path."""
+    return {part.split(" b/", 1)[0]: part for part in diff.split("diff --git a/")[1:]}
+
+
+@pytest.mark.parametrize("attributes", WORKSPACE_ATTRIBUTES, ids=["binary", "-diff filter", "macro eol encoding"])
+def test_diff_ignores_the_workspaces_gitattributes(source: Path, attributes: str) -> None:
+    (source / "mod.py").write_text("def f():\n    return 1\n")
+    (source / "crlf.txt").write_bytes(b"a\r\nb\r\n")
+    with LocalSandbox() as sb:
+        sb.start(source)
+        edit = "printf '    return 2  # $Id$\\n' >> mod.py && printf 'c\\r\\n' >> crlf.txt && printf 'x\\0y' > blob.bin"
+        assert sb.run(edit, timeout=10).ok
+        plain = _diff_sections(sb.diff())
+        assert sb.run(f"printf %s {shlex.quote(attributes)} > .gitattributes", timeout=10).ok
+        diff = sb.diff()
+    sections = _diff_sections(diff)
+    assert "+" + attributes.splitlines()[0] + "\n" in sections[".gitattributes"]
+    assert "GIT binary patch" not in sections["mod.py"] and "+    return 2  # $Id$\n" in sections["mod.py"]
+    assert " a\r\n b\r\n+c\r\n" in sections["crlf.txt"]  # no line-end conversion
+    assert "GIT binary patch" in sections["blob.bin"]  # a real binary file still is one
+    assert {name: sections[name] for name in plain} == plain  # byte for byte as without the attributes
 
 
 def test_close_removes_everything_and_is_idempotent(source: Path) -> None:
@@ -319,6 +354,20 @@ def test_python_is_the_task_environment_without_spectunes_packages(sandbox: Loca
     lines = r.output.splitlines()
     assert lines[0] == "0" and lines[1] == str(task_python().root) and lines[2] == "[]", r.output
     assert "pytest" in r.output
+
+
+def _runner_under_private_tmpfs() -> str | None:
+    """The runner's interpreter folder that commands see as a private tmpfs (python_env="runner" is refused), if any."""
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.realpath(sys.executable)):
+        real = os.path.realpath(path)
+        if any(real == d or real.startswith(d + "/") for d in TMPFS_DIRS):
+            return real
+    return None
+
+
+def test_python_env_runner_is_the_runners_own_environment(source: Path) -> None:
+    if (hidden := _runner_under_private_tmpfs()) is not None:
+        pytest.skip(f"python_env='runner' needs the runner's Python outside {', '.join(TMPFS_DIRS)}; it is in {hidden}")
     with LocalSandbox(python_env="runner") as runner:  # the opt-in: the runner's own environment
         runner.start(source)
         r = runner.run("python -c 'import sys; print(sys.prefix)'", timeout=60)
