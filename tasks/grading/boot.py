@@ -84,6 +84,21 @@ def _culprit(depth: int = 2):
     return None
 
 
+def _reaches_processes(path: str) -> bool:
+    """/proc itself (listing processes), another process's entry, or this process's descriptors and memory;
+    system-wide entries (/proc/cpuinfo, /proc/meminfo) and its own status are fine."""
+    path = os.path.normpath(path)
+    if not path.startswith("/proc"):
+        return False
+    parts = path.split("/")[2:]  # after "", "proc"
+    if not parts or parts == [""]:
+        return True
+    head = parts[0]
+    if head in ("self", "thread-self", str(os.getpid())):
+        return len(parts) > 1 and parts[1] in ("fd", "fdinfo", "mem", "map_files", "environ", "task")
+    return head.isdigit()
+
+
 def _audit(event: str, args: tuple) -> None:
     if _inside[0]:
         return
@@ -97,11 +112,8 @@ def _audit(event: str, args: tuple) -> None:
     elif event in ("object.__setattr__", "object.__delattr__") and len(args) > 1 and args[1] == "__code__":
         why = "replaces a function's code"
     elif event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str | bytes):
-        path = os.fsdecode(args[0])
-        own = (f"/proc/{os.getpid()}/", "/proc/self/")
-        private = path.startswith(("/proc/self/fd", "/proc/self/mem", f"/proc/{os.getpid()}/fd"))
-        if path.startswith("/proc") and (private or not path.startswith(own)):
-            why, refuse = f"opens {path}", True
+        if _reaches_processes(os.fsdecode(args[0])):
+            why, refuse = f"opens {os.fsdecode(args[0])}", True
     elif event in ("os.kill", "os.killpg", "signal.pthread_kill") and args:
         target = args[0]
         if isinstance(target, int) and (target <= 1 or target == os.getppid() or event == "os.killpg"):
@@ -132,42 +144,49 @@ import builtins  # noqa: E402  (after the hook: nothing below runs unaudited)
 
 import pytest  # noqa: E402
 
+# Special methods that change how a class's objects behave: watched whether or not a class defines them (an added
+# `__getattribute__` on a report class rewrites every outcome read from it).
+BEHAVIOUR = ("__getattribute__", "__getattr__", "__setattr__", "__init__", "__new__", "__call__", "__eq__")
 
-def _attributes(value) -> dict:
-    return {k: id(v) for k, v in list(vars(value).items()) if not k.startswith("__") or k == "__call__"}
+
+def _watched(mapping, behaviour: bool = False) -> dict:
+    # the objects themselves, compared with `is` (id() is an audited call and would run the hook every time)
+    attrs = {k: v for k, v in list(mapping.items()) if not k.startswith("__")}
+    if behaviour:
+        attrs.update({k: mapping.get(k) for k in BEHAVIOUR})
+    return attrs
 
 
 class Integrity:
-    """Identities of pytest's, pluggy's, builtins' and the import system's attributes, and where they changed."""
+    """Pytest's, pluggy's, builtins' and the import system's attributes, and which of them changed since.
+
+    Taken once, before collection: each namespace's live mapping with the objects it held; a check walks those
+    (a few thousand lookups), special methods that change behaviour included (BEHAVIOUR: added ones show too).
+    """
 
     def __init__(self) -> None:
-        self.before = self.take()
-
-    def take(self) -> dict:
-        snap = {}
+        self.watch = []  # (owner, live mapping, {attribute: object})
         for name, module in list(sys.modules.items()):
             if module is None or not name.startswith(WATCHED):
                 continue
-            snap[name] = _attributes(module)
+            self.watch.append((name, vars(module), _watched(vars(module))))
             for attr, value in list(vars(module).items()):
                 if isinstance(value, type) and getattr(value, "__module__", "") == name:
-                    snap[f"{name}.{attr}"] = _attributes(value)
-        snap["builtins"] = _attributes(builtins)
-        snap["sys.meta_path"] = {str(i): id(f) for i, f in enumerate(sys.meta_path)}
-        snap["sys.path_hooks"] = {str(i): id(f) for i, f in enumerate(sys.path_hooks)}
-        snap["sys"] = {k: id(getattr(sys, k, None)) for k in ("exit", "excepthook", "stdout", "modules", "meta_path")}
-        return snap
+                    self.watch.append((f"{name}.{attr}", vars(value), _watched(vars(value), behaviour=True)))
+        self.watch.append(("builtins", vars(builtins), {**_watched(vars(builtins)), "__import__": builtins.__import__}))
+        self.sys = {k: getattr(sys, k, None) for k in ("exit", "excepthook", "modules", "meta_path", "path_hooks")}
+        self.lists = {"sys.meta_path": list(sys.meta_path), "sys.path_hooks": list(sys.path_hooks)}
 
     def changed(self) -> list:
-        now = self.take()
         out = []
-        for owner, attrs in self.before.items():
-            current = now.get(owner, {})
-            mutable = MUTABLE.get(owner, set())
-            for attr, ident in attrs.items():
-                if current.get(attr) != ident and attr not in mutable and not (owner == "sys" and attr == "stdout"):
-                    out.append(f"{owner}.{attr}")
-            out += [f"{owner}.{a} (added)" for a in current if a not in attrs and owner.startswith("sys.")]
+        for owner, mapping, attrs in self.watch:
+            mutable = MUTABLE.get(owner, ())
+            out += [f"{owner}.{k}" for k, v in attrs.items() if mapping.get(k) is not v and k not in mutable]
+        out += [f"sys.{k}" for k, v in self.sys.items() if getattr(sys, k, None) is not v]
+        for name, items in self.lists.items():
+            now = sys.meta_path if name == "sys.meta_path" else sys.path_hooks
+            if len(now) != len(items) or any(a is not b for a, b in zip(now, items, strict=False)):
+                out.append(name)
         return out
 
 
@@ -221,7 +240,8 @@ class GradingPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report) -> None:
-        self._check()
+        if report.when == "call" or report.failed:  # every outcome that decides anything (setup/teardown pass)
+            self._check()
         text = report.longreprtext[-TAIL:] if report.failed else ""
         _emit(
             {
