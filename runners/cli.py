@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
@@ -40,10 +40,19 @@ def run_command(body: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -
         sys.exit(2)
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _exit_interrupted(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted while writing the results; they may be incomplete", file=sys.stderr)
-        sys.exit(130)
+        _exit_interrupted(130)
     if result.get("partial"):
-        sys.exit(128 + signal.Signals[result.get("interrupted") or "SIGINT"])
+        _exit_interrupted(128 + signal.Signals[result.get("interrupted") or "SIGINT"])
     return result
+
+
+def _exit_interrupted(code: int) -> NoReturn:
+    """Exit with `code`, ignoring further SIGINT/SIGTERM: the command has already stopped."""
+    # A second Ctrl-C while the interpreter exits would otherwise turn status 130 into death by the
+    # signal (Python puts the default handlers back during shutdown; an ignored signal stays ignored).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
