@@ -38,6 +38,9 @@ ENV_NAME = "testbed"  # the conda environment inside every instance image
 START_MARKER = ">>>>> Start Test Output"  # swebench's markers around the test command in every eval script
 END_MARKER = ">>>>> End Test Output"
 CONTAINER_LABEL = "org.spectune.swebench"
+# The markers reach the log as the script's xtrace on stderr, the test results on stdout: read from two
+# pipes, the last results could land after the end marker and count as missing. One pipe keeps the order.
+EVAL_COMMAND = ["/bin/bash", "-c", "exec /bin/bash /eval.sh 2>&1"]
 # swebench's statuses -> ours; XFAIL counts as passing in swebench's grading
 OUTCOMES = {"PASSED": "passed", "XFAIL": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped"}
 
@@ -250,7 +253,7 @@ def _run_in_container(spec: TestSpec, image: str, model_patch: str, client: Any,
             eval_file.write_text(spec.eval_script)
             copy_to_container(container, eval_file, PurePosixPath("/eval.sh"))
             try:
-                log, timed_out, _ = exec_run_with_timeout(container, "/bin/bash /eval.sh", timeout)
+                log, timed_out, _ = exec_run_with_timeout(container, EVAL_COMMAND, timeout)
             except UnicodeDecodeError as exc:  # swebench decodes the log strictly
                 return EvaluationResult(iid, False, "error", {}, f"the test output is not UTF-8: {exc}")
     finally:

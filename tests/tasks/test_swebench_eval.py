@@ -366,7 +366,12 @@ def test_missing_instance_image_says_how_to_get_it(instances, client):
 
 # The stand-in image has no Python: its `pytest` runs each `test_*` bash function of the files it is
 # given (with lib.sh loaded) and reports them as `pytest -rA` does, so swebench's parser reads them.
+# It reports nothing when its stdout and stderr are separate pipes (the order race it guards against).
 FAKE_PYTEST = """#!/bin/bash
+# swebench's markers are xtrace on stderr: only one pipe for both keeps the log in the order of events.
+if ! [[ /dev/stdout -ef /dev/stderr ]]; then
+    echo "stdout and stderr are separate pipes"; exit 3
+fi
 rc=0
 for file in "$@"; do
     [[ $file == -* ]] && continue
