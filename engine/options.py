@@ -50,9 +50,7 @@ def build_options(cls: type[T], values: dict[str, Any], owner: str) -> T:
     allowed = option_names(cls)
     unknown = sorted(set(values) - set(allowed))
     if unknown:
-        raise ValueError(
-            f"unknown option(s) {unknown} for {owner}; allowed: {allowed or 'none'}"
-        )
+        raise ValueError(f"unknown option(s) {unknown} for {owner}; allowed: {allowed or 'none'}")
     hints = get_type_hints(cls)
     kwargs = {k: _convert(v, hints[k], k) for k, v in values.items()}
     return cls(**kwargs)

@@ -92,9 +92,7 @@ def fit_byte_bpe(
     """A deterministic byte-level BPE of at most `vocab` tokens over `texts` cut by `pre_tokenizer`, ChatML specials."""
     minimum = 256 + len(SPECIAL_TOKENS)  # every byte plus the special tokens
     if vocab < minimum:
-        raise ValueError(
-            f"vocab must be at least {minimum} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)"
-        )
+        raise ValueError(f"vocab must be at least {minimum} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)")
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizer
     backend.decoder = decoders.ByteLevel()
@@ -139,9 +137,7 @@ def _required_vocab(tokenizer: PreTrainedTokenizerBase) -> int:
     return max(len(tokenizer), max(ids, default=-1) + 1)
 
 
-def _generation_eos(
-    tokenizer: PreTrainedTokenizerBase, tokenizer_from: Path | None
-) -> list[int] | int | None:
+def _generation_eos(tokenizer: PreTrainedTokenizerBase, tokenizer_from: Path | None) -> list[int] | int | None:
     """Stop tokens for generation_config: the source model's if copied, else eos plus <|im_end|>."""
     if tokenizer_from is not None and (tokenizer_from / "generation_config.json").is_file():
         # A draft must stop where its target stops, so it inherits the target's list as-is.
@@ -253,9 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"model vocab size (default {DEFAULT_VOCAB}, or the copied size)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--tokenizer-from", type=Path, default=None, help="copy this model folder's tokenizer"
-    )
+    parser.add_argument("--tokenizer-from", type=Path, default=None, help="copy this model folder's tokenizer")
     parser.add_argument("--heads", type=int, default=None, help="attention heads (default hidden // 64)")
     parser.add_argument("--max-positions", type=int, default=4096)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
@@ -275,9 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
-    print(
-        f"wrote {args.arch} model ({parameter_count(out):,} parameters, {args.dtype}) and tokenizer to {out}"
-    )
+    print(f"wrote {args.arch} model ({parameter_count(out):,} parameters, {args.dtype}) and tokenizer to {out}")
     return 0
 
 

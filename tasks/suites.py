@@ -110,7 +110,7 @@ def read_manifest(root: Path) -> dict:
         raise SuiteFileError(f"{path}: 'counts' must map split names to numbers of instances")
     if manifest.get("kind") == "probe" or "probe" in counts:
         if manifest.get("kind") != "probe":
-            raise SuiteFileError(f"{path} counts a probe split but lacks \"kind\": \"probe\"")
+            raise SuiteFileError(f'{path} counts a probe split but lacks "kind": "probe"')
         excludes = _require(manifest, "excludes", dict, path, ": the suite the probe was built against")
         _require(excludes, "suite_content_hash", str, path, " under 'excludes'")
         _require(manifest, "seed", int, path)

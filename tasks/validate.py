@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     fams = Counter(i.family for i, _, _ in rows)
     for fam in sorted(fams):
         sub = [r for r in rows if r[0].family == fam]
-        table.add_row(fam, str(len(sub)), str(sum(g.resolved for _, g, _ in sub)),
-                      str(sum(e.resolved for _, _, e in sub)))
+        table.add_row(
+            fam, str(len(sub)), str(sum(g.resolved for _, g, _ in sub)), str(sum(e.resolved for _, _, e in sub))
+        )
     console.print(table)
     times = [g.duration_s for _, g, _ in rows]
     if times:

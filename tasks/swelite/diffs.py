@@ -15,9 +15,15 @@ def file_diff(path: str, old: str, new: str) -> str:
     """Unified diff of one file (3 lines of context), in `git diff` form; '' when equal."""
     if old == new:
         return ""
-    lines = list(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3,
-    ))
+    lines = list(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a/{path}",
+            f"b/{path}",
+            n=3,
+        )
+    )
     fixed = [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines]
     return f"diff --git a/{path} b/{path}\n" + "".join(fixed)
 

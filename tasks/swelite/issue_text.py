@@ -21,15 +21,24 @@ class _AssertToPrint(ast.NodeTransformer):
 
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         test = node.test
-        shown = test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
-            test.ops[0], ast.Eq) else test
+        shown = (
+            test.left
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            else test
+        )
         return ast.copy_location(ast.Expr(ast.Call(ast.Name("print", ast.Load()), [shown], [])), node)
 
     def visit_With(self, node: ast.With) -> ast.stmt:
         self.generic_visit(node)
         item = node.items[0].context_expr if len(node.items) == 1 else None
-        if not (isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) and item.func.attr == "raises"
-                and isinstance(item.func.value, ast.Name) and item.func.value.id == "pytest" and item.args):
+        if not (
+            isinstance(item, ast.Call)
+            and isinstance(item.func, ast.Attribute)
+            and item.func.attr == "raises"
+            and isinstance(item.func.value, ast.Name)
+            and item.func.value.id == "pytest"
+            and item.args
+        ):
             return node
         report = ast.parse('print(f"{type(exc).__name__}: {exc}")').body[0]
         no_error = ast.parse('print("no exception raised")').body[0]
@@ -41,7 +50,8 @@ def repro_script(test_module: str, test_name: str) -> str:
     """A standalone script reproducing one test: its module's imports (pytest dropped) and body."""
     tree = ast.parse(test_module)
     imports = [
-        n for n in tree.body
+        n
+        for n in tree.body
         if isinstance(n, (ast.Import, ast.ImportFrom))
         and not any(a.name == "pytest" for a in n.names)
         and not (isinstance(n, ast.ImportFrom) and n.module in ("pytest", "__future__"))
@@ -109,8 +119,12 @@ def _pick(options: tuple[str, ...], key: str, salt: str) -> str:
 def called_function(script: str, package: str) -> str:
     """The first function from `package` the script calls (for the title), else 'the library'."""
     tree = ast.parse(script)
-    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
-                and (n.module or "").split(".")[0] == package for a in n.names}
+    imported = {
+        a.asname or a.name
+        for n in tree.body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == package
+        for a in n.names
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             f = node.func

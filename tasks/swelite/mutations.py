@@ -73,11 +73,26 @@ class _Locator:
         return self.starts[node.lineno - 1], self.starts[node.end_lineno]
 
 
-_ARITH = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "//"), ast.FloorDiv: ("//", "*"),
-          ast.Div: ("/", "*"), ast.Mod: ("%", "//")}
-_COMPARE = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
-            ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.In: ("in", "not in"),
-            ast.NotIn: ("not in", "in"), ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is")}
+_ARITH = {
+    ast.Add: ("+", "-"),
+    ast.Sub: ("-", "+"),
+    ast.Mult: ("*", "//"),
+    ast.FloorDiv: ("//", "*"),
+    ast.Div: ("/", "*"),
+    ast.Mod: ("%", "//"),
+}
+_COMPARE = {
+    ast.Lt: ("<", "<="),
+    ast.LtE: ("<=", "<"),
+    ast.Gt: (">", ">="),
+    ast.GtE: (">=", ">"),
+    ast.Eq: ("==", "!="),
+    ast.NotEq: ("!=", "=="),
+    ast.In: ("in", "not in"),
+    ast.NotIn: ("not in", "in"),
+    ast.Is: ("is", "is not"),
+    ast.IsNot: ("is not", "is"),
+}
 
 
 def _misspell(name: str) -> str:
@@ -131,8 +146,10 @@ class _Finder:
     def arith_swap(self) -> Iterator[Mutation]:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-                if any(isinstance(x, (ast.JoinedStr, ast.Constant)) and isinstance(getattr(x, "value", 0), str)
-                       for x in (node.left, node.right)):
+                if any(
+                    isinstance(x, (ast.JoinedStr, ast.Constant)) and isinstance(getattr(x, "value", 0), str)
+                    for x in (node.left, node.right)
+                ):
                     continue  # string building, not arithmetic
                 old, new = _ARITH[type(node.op)]
                 m = self._token_in_gap("arith_swap", node, node.left, node.right, old, new)
@@ -154,8 +171,12 @@ class _Finder:
 
     def off_by_one(self) -> Iterator[Mutation]:
         for node in ast.walk(self.tree):
-            if (isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) <= 1000
-                    and not isinstance(getattr(node, "_parent", None), (ast.arguments, ast.keyword))):
+            if (
+                isinstance(node, ast.Constant)
+                and type(node.value) is int
+                and abs(node.value) <= 1000
+                and not isinstance(getattr(node, "_parent", None), (ast.arguments, ast.keyword))
+            ):
                 parent = getattr(node, "_parent", None)
                 if isinstance(parent, (ast.Slice, ast.Subscript, ast.Compare, ast.BinOp, ast.Call)):
                     s, e = self.loc.span(node)
@@ -173,8 +194,11 @@ class _Finder:
 
     def swapped_arguments(self) -> Iterator[Mutation]:
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Call) and len(node.args) >= 2 and not any(
-                    isinstance(a, ast.Starred) for a in node.args[:2]):
+            if (
+                isinstance(node, ast.Call)
+                and len(node.args) >= 2
+                and not any(isinstance(a, ast.Starred) for a in node.args[:2])
+            ):
                 a0, a1 = node.args[0], node.args[1]
                 s0, e0 = self.loc.span(a0)
                 s1, e1 = self.loc.span(a1)
@@ -220,8 +244,7 @@ class _Finder:
 
     def wrong_attribute(self) -> Iterator[Mutation]:
         for node in ast.walk(self.tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
-                    and not node.attr.startswith("__")):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and not node.attr.startswith("__"):
                 e = self.loc.span(node)[1]
                 s = e - len(node.attr)
                 if self.src[s:e] == node.attr:
@@ -270,8 +293,16 @@ class _Finder:
             text = self.src[slice(*self.loc.span(ret))]
             if "\n" in text:
                 continue
-            m = Mutation("early_return", self.path, before.lineno, s, s, "", f"{indent}{text}\n",
-                         "return moved before the last statement")
+            m = Mutation(
+                "early_return",
+                self.path,
+                before.lineno,
+                s,
+                s,
+                "",
+                f"{indent}{text}\n",
+                "return moved before the last statement",
+            )
             yield m
 
 

@@ -29,8 +29,9 @@ def truncated_positions(model: LoadedModel, limit: int) -> LoadedModel:
     wpe = gpt2.transformer.wpe
     gpt2.transformer.wpe = torch.nn.Embedding.from_pretrained(wpe.weight[:limit].clone(), freeze=True)
     gpt2.config.n_positions = limit
-    return LoadedModel(model=gpt2, tokenizer=None, path=f"{model.path}[:{limit}]", device=model.device,
-                       dtype=model.dtype)
+    return LoadedModel(
+        model=gpt2, tokenizer=None, path=f"{model.path}[:{limit}]", device=model.device, dtype=model.dtype
+    )
 
 
 @pytest.fixture(scope="module")

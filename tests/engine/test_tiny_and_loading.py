@@ -135,10 +135,7 @@ def test_chat_template_renders(target: LoadedModel) -> None:
     assert tokenizer.chat_template == CHAT_TEMPLATE
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert (
-        text
-        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-    )
+    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     # transformers 5 returns a BatchEncoding from a tokenizing apply_chat_template, not a list of ids.
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
     assert ids == tokenizer.encode(text)

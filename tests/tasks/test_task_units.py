@@ -127,7 +127,7 @@ def test_every_family_finds_sites_and_mutants_parse():
         mutated = m.apply(SAMPLE)
         assert mutated != SAMPLE
         ast.parse(mutated)  # every mutant is valid Python
-        back = SAMPLE[: m.start] + m.original + mutated[m.start + len(m.replacement):]
+        back = SAMPLE[: m.start] + m.original + mutated[m.start + len(m.replacement) :]
         assert back == SAMPLE
 
 
@@ -152,8 +152,8 @@ def test_repro_script_turns_asserts_into_prints_and_runs():
 
 def test_innermost_frame_and_issue_text():
     tb = (
-        "Traceback (most recent call last):\n  File \"<stdin>\", line 3, in <module>\n"
-        "  File \"/workspace/pkg/mod.py\", line 7, in total\n    result += itme\n"
+        'Traceback (most recent call last):\n  File "<stdin>", line 3, in <module>\n'
+        '  File "/workspace/pkg/mod.py", line 7, in total\n    result += itme\n'
         "NameError: name 'itme' is not defined\n"
     )
     assert innermost_frame(tb) == ("/workspace/pkg/mod.py", 7, "NameError")
@@ -162,15 +162,22 @@ def test_innermost_frame_and_issue_text():
     assert "NameError" in text and "```python" in text and "I expected" in text
     assert "total()" in text.splitlines()[0], "the title names the function the reproduction calls"
     assert compose_issue("id-1", "pkg", "pkg", "x\n", "1\n", "2\n", False) == compose_issue(
-        "id-1", "pkg", "pkg", "x\n", "1\n", "2\n", False), "issue texts are deterministic"
+        "id-1", "pkg", "pkg", "x\n", "1\n", "2\n", False
+    ), "issue texts are deterministic"
 
 
 def test_parse_outcomes_marks_missing_and_collection_errors():
     out = "PASSED tests/test_a.py::test_x\nFAILED tests/test_a.py::test_y - assert 1 == 2\nERROR tests/test_b.py\n"
-    got = parse_outcomes(out, ["tests/test_a.py::test_x", "tests/test_a.py::test_y", "tests/test_b.py::test_z",
-                               "tests/test_c.py::test_w"])
-    assert got == {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "failed",
-                   "tests/test_b.py::test_z": "error", "tests/test_c.py::test_w": "missing"}
+    got = parse_outcomes(
+        out,
+        ["tests/test_a.py::test_x", "tests/test_a.py::test_y", "tests/test_b.py::test_z", "tests/test_c.py::test_w"],
+    )
+    assert got == {
+        "tests/test_a.py::test_x": "passed",
+        "tests/test_a.py::test_y": "failed",
+        "tests/test_b.py::test_z": "error",
+        "tests/test_c.py::test_w": "missing",
+    }
 
 
 def test_spread_picks_evenly_spaced_items_in_order():
