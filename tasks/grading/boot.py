@@ -242,7 +242,10 @@ class GradingPlugin:
     def pytest_runtest_logreport(self, report) -> None:
         if report.when == "call" or report.failed:  # every outcome that decides anything (setup/teardown pass)
             self._check()
-        text = report.longreprtext[-TAIL:] if report.failed else ""
+        text = ""
+        if report.failed:  # the crash line (the exception and its message) and the end of the traceback
+            crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") or ""
+            text = crash[:TAIL] + "\n" + report.longreprtext[-TAIL:]
         _emit(
             {
                 "kind": "report",
