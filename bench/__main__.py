@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument(
         "--device", default="cpu", help="cpu (default), cuda, cuda:N or auto: where both models and every case run"
     )
+    eng.add_argument(
+        "--profile",
+        action="store_true",
+        help="also where each spectune step's time goes: per phase (draft, forward, accept, stats, crop, commit,"
+        " other) and the forward's cost by fed rows inside the generations beside the isolated R_k",
+    )
     eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
     _tuner_parser(sub)
     _crossengine_parser(sub)
@@ -232,6 +238,7 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             forward=args.forward,
             device=args.device,
             mtp=mtp,
+            profile=args.profile,
         )
     except (ValueError, FileNotFoundError) as exc:  # a bad --device / --dtype / --forward, a broken model folder
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -455,6 +462,40 @@ def render_costs(report: dict[str, Any], console) -> None:
             f(row.get("measured_over_bound_in_generation")),
         )
     console.print(limits)
+    render_step_profile(report, console)
+
+
+def render_step_profile(report: dict[str, Any], console) -> None:
+    """With --profile: microseconds per step by phase, and R_k inside the generations beside the profile's."""
+    from rich.table import Table
+
+    from engine.profile import PHASES
+
+    rows = report.get("step_profile")
+    if not rows:
+        return
+    table = Table(
+        title="Where a decode step's time goes (us per step, timed passes; engine/profile.py); loop = all but the"
+        " forwards; R_k gen = a k-row forward inside the generations ÷ plain decoding's 1-row one, beside the profile's"
+    )
+    for col in ("case", "steps", *PHASES, "total", "loop", "R_k gen/profile"):
+        table.add_column(col, justify="left" if col in ("case", "R_k gen/profile") else "right", no_wrap=True)
+    for case, row in rows.items():
+        us = row["per_step_us"]
+        gen = {int(k): v for k, v in row["R_in_generation_by_rows"].items()}  # int keys, str after a JSON trip
+        iso = {int(k): v for k, v in row["R_profile_by_rows"].items()}
+        busiest = sorted(row["forward_by_rows"].items(), key=lambda kv: -kv[1]["forwards"])[:2]
+        ks = sorted(int(k) for k, _ in busiest if int(k) in gen)
+        r = "  ".join(f"k={k} {gen[k]:.2f}/{iso[k]:.2f}" if k in iso else f"k={k} {gen[k]:.2f}" for k in ks)
+        table.add_row(
+            case.removeprefix("spectune_"),
+            str(row["steps"]),
+            *[f"{us[p]:.0f}" for p in PHASES],
+            f"{us['total']:.0f}",
+            f"{us['total'] - us['forward'] - us['prefill']:.0f}",
+            r or "-",
+        )
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Speculation pays when verifying k = gamma + 1 tokens costs about one step (R_k close to 1) and drafting
 is cheap (C small). Measured through the model's own forward (its numeric path) and KV cache, as a decode step runs:
 a prompt is prefilled once, then each timed forward appends k tokens and the cache is cropped back
-(the engine's rollback), k = 1..8 interleaved so drift hits every k alike; medians over repeats.
+(the engine's rollback), k = 1..8 interleaved so drift hits every k alike, after one untimed forward per
+path and repeat (a path's first call after another path's runs on cold caches); medians over repeats.
 
 The bound (Leviathan et al.; the seeds' speedup formula): a step emits E tokens on average (accepted
 draft tokens + the target's own) and costs R_k + C plain steps, so generation ON ÷ OFF <= E / (R_k + C).
@@ -55,6 +56,10 @@ def paths_costs(
         for _ in range(repeats):
             for name, forward in forwards.items():
                 cache = caches[name]
+                # Untimed: the first call after another path's (other weights, packed copies) runs on cold
+                # caches; timed, it would inflate t_1 alone and make every R_k look smaller than in a generation.
+                forward(cache, tokens[:1], keep=1)
+                crop_cache(cache, base)
                 for k in ks:
                     t0 = time.perf_counter()
                     forward(cache, tokens[:k], keep=k)  # verification keeps the logits of every fed row
@@ -161,3 +166,20 @@ def _verify_per_step(case: dict[str, Any]) -> float | None:
     stats = (case.get("engine_stats") or {}).get("timed") or {}
     steps = (stats.get("target_forwards") or 0) - (stats.get("generations") or 0)
     return stats["verify_s"] / steps if steps > 0 and stats.get("verify_s") else None
+
+
+def step_profile_rows(profiles: dict[str, Any], target_costs: dict[str, Any], plain: str = "spectune_plain") -> dict:
+    """Per spectune case: microseconds per step by phase, and the target forward's cost by fed rows inside the
+    generations (R_k gen = a k-row forward ÷ plain decoding's 1-row forward) beside the isolated profile's R_k."""
+    base = profiles.get(plain)
+    t1_gen = base.forward_us().get(1) if base is not None else None
+    rows = {}
+    for case, profile in profiles.items():
+        forward = profile.forward_us()
+        rows[case] = {
+            **profile.to_dict(),
+            "forward_us_by_rows": forward,
+            "R_in_generation_by_rows": {k: v / t1_gen for k, v in forward.items()} if t1_gen else {},
+            "R_profile_by_rows": {k: target_costs["R"][k] for k in forward if k in target_costs["R"]},
+        }
+    return rows

@@ -28,12 +28,13 @@ from typing import Any
 import torch
 
 from agents.recording import first_divergence
-from bench.costs import limit_rows, paths_costs, synchronize
+from bench.costs import limit_rows, paths_costs, step_profile_rows, synchronize
 from bench.prompts import PROMPTS, QUICK_PROMPTS, Prompt
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
 from engine.mtp import MtpModule, load_mtp, random_mtp
+from engine.profile import StepProfile
 
 PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
 
@@ -177,6 +178,7 @@ class Case:
     tokens: Callable[[Any, int], list[int]]
     before_repeat: Callable[[], None] = lambda: None  # untimed, at the start of every pass
     engine_stats: Callable[[Any], Any] | None = None  # spectune: raw -> GenerationStats
+    engine: Engine | None = None  # spectune: the engine (its step profile is read with --profile)
 
 
 def _spectune_case(name: str, engine: Engine, prompts: list[list[int]], max_new: int) -> Case:
@@ -186,7 +188,7 @@ def _spectune_case(name: str, engine: Engine, prompts: list[list[int]], max_new:
         return engine.generate(prompts[i], max_new, stop_tokens=no_stop)
 
     before = engine.reset_drafter_state
-    return Case(name, "spectune", run, lambda raw, i: raw.tokens, before, lambda raw: raw.stats)
+    return Case(name, "spectune", run, lambda raw, i: raw.tokens, before, lambda raw: raw.stats, engine)
 
 
 def _transformers_case(
@@ -427,14 +429,20 @@ def measure(
     target: LoadedModel,
     draft: LoadedModel | None,
     progress: bool = True,
+    profile: bool = False,
 ) -> dict[str, Any]:
-    """Warm-up pass (hooked: tokens and forward counts), then `repeats` timed interleaved passes."""
+    """Warm-up pass (hooked: tokens and forward counts), then `repeats` timed interleaved passes.
+
+    `profile`: the timed passes of every spectune case also record where each step's time goes
+    (engine/profile.py), returned under `step_profile` by case.
+    """
     prog = _Progress(total=(repeats + 1) * len(prompts) * len(cases), enabled=progress)
     reference: dict[str, list[list[int]]] = {}
     acceptance: dict[str, Any] = {}
     seconds = {c.name: [[0.0] * len(prompts) for _ in range(repeats)] for c in cases}
     counts = {c.name: [0] * repeats for c in cases}
     deterministic = True
+    step_profiles: dict[str, StepProfile] = {}
     try:
         with torch.inference_mode():
             # Warm-up: untimed, with hooks, every case on every prompt.
@@ -493,6 +501,9 @@ def measure(
 
             # Timed repeats: interleaved, no hooks; spectune's phase timers summed (bench costs' C, in-generation R).
             timed: dict[str, Any] = {}
+            for c in cases:
+                if profile and c.engine is not None:
+                    c.engine.step_profile = StepProfile()
             for r in range(repeats):
                 gc.collect()
                 for c in cases:
@@ -513,6 +524,10 @@ def measure(
                         prog.step(f"repeat {r + 1}/{repeats} {names[i]} {c.name}")
                 rates = ", ".join(f"{c.name} {counts[c.name][r] / sum(seconds[c.name][r]):.0f}" for c in cases)
                 prog.line(f"repeat {r + 1}/{repeats} tokens/s: {rates}")
+            for c in cases:
+                if c.engine is not None and c.engine.step_profile is not None:
+                    step_profiles[c.name] = c.engine.step_profile
+                    c.engine.step_profile = None
             for name, s in timed.items():
                 acceptance[name]["engine_stats"]["timed"] = {
                     "generations": repeats * len(prompts),
@@ -522,7 +537,11 @@ def measure(
                 }
     finally:
         prog.close()
+        for c in cases:
+            if c.engine is not None:
+                c.engine.step_profile = None
     return {
+        "step_profile": step_profiles,
         "reference": reference,
         "acceptance": acceptance,
         "seconds": seconds,
@@ -625,8 +644,11 @@ def run_engine_bench(
     forward: str = "auto",
     device: str = "cpu",
     mtp: str | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Load (or build) the models, measure every case, return the report.
+
+    `profile`: also where every spectune step's time goes, phase by phase (report `step_profile`).
 
     `dtype`, `device` and `forward` (the numeric path, engine/forward.py) apply to both models;
     transformers' cases always run transformers' own forward on the same weights.
@@ -718,6 +740,7 @@ def run_engine_bench(
         target,
         draft_m,
         progress=progress,
+        profile=profile,
     )
     # Cost profile on the longest prompt (the context a verification sees), after the timed passes.
     # Every available path is profiled on the same weights; the bound uses the path the engine ran.
@@ -734,6 +757,8 @@ def run_engine_bench(
     on_vs_off = {drafter: report.get(key) for drafter, key in DRAFTER_CASES.values()}
     cases_rows = {case: drafter for case, (drafter, _) in DRAFTER_CASES.items()}
     report["limits"] = limit_rows(report["acceptance"], on_vs_off, target_costs, draft_costs, gamma, cases_rows)
+    if meas["step_profile"]:
+        report["step_profile"] = step_profile_rows(meas["step_profile"], target_costs)
     return report
 
 

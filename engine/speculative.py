@@ -14,7 +14,6 @@ decoding, which is the baseline every speculative configuration is compared agai
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ import torch
 
 from engine.drafters import Draft, DraftContext, Verified
 from engine.kv import crop_cache, kv_bytes
+from engine.profile import NoClock, PhaseClock
 from engine.stats import GenerationStats
 
 if TYPE_CHECKING:
@@ -56,25 +56,6 @@ class GenerationResult:
         }
 
 
-class _Clock:
-    """Accumulates wall time per phase; synchronises CUDA so GPU work lands in the right phase."""
-
-    def __init__(self, device: torch.device, into: dict[str, float]) -> None:
-        self.cuda = device.type == "cuda"
-        self.into = into
-        self.t = self._now()
-
-    def _now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        now = self._now()
-        self.into[phase] += now - self.t
-        self.t = now
-
-
 def _cut_at_stop(tokens: list[int], stop: frozenset[int]) -> tuple[list[int], bool]:
     for j, tok in enumerate(tokens):
         if tok in stop:
@@ -104,7 +85,10 @@ def generate(
     device = engine.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    clock = _Clock(device, stats.time_s)
+    clock = PhaseClock(device, stats.time_s)
+    # Fine laps only when profiling (engine/profile.py): on CUDA each lap synchronises.
+    phases = PhaseClock(device, engine.step_profile.seconds) if engine.step_profile is not None else NoClock()
+    profile = engine.step_profile
 
     # Prefix reuse: keep the KV of the longest common prefix; the rest of the prompt is prefilled
     # in the first forward together with the first draft (one forward fewer per turn).
@@ -112,8 +96,10 @@ def generate(
     history, cache, drafter, policy = session.history, session.cache, session.drafter, session.policy
     stats.prompt_tokens, stats.reused_tokens, stats.prefilled_tokens = len(prompt), reused, len(prompt) - reused
     pending = prompt[reused:]  # tokens the target has not seen yet; later always [history[-1]]
+    phases.lap("other")
     drafter.begin(history)
     clock.lap("draft")
+    phases.lap("draft")
 
     generated: list[int] = []
     max_kv = len(history)
@@ -129,18 +115,24 @@ def generate(
                 draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.sources[:k])
             stats.draft_limit_steps += draft.limited and not draft.tokens
         clock.lap("draft")
+        phases.lap("draft")
         n = len(draft.tokens)
 
         feed = [*pending, *draft.tokens]
         start = len(history) - len(pending)  # positions the target KV holds before this forward
         # hidden: the trunk output of every fed token [len(feed), h], only for drafters that read it (mtp)
         logits, hidden = engine.forward(cache, feed, keep=n + 1, hidden=drafter.needs.target_hidden)  # [n+1, V]
-        max_kv = max(max_kv, len(history) + n)
         phase = "prefill" if len(pending) > 1 else "verify"
+        if profile is not None:
+            took = phases.lap("forward" if phase == "verify" else "prefill")
+            if phase == "verify":
+                profile.add_step(len(feed), took)
+        max_kv = max(max_kv, len(history) + n)
         verdict = engine.acceptance.verify(logits, draft.tokens, draft.probs, engine.params, session.generator)
         a = verdict.accepted
         emitted, hit_stop = _cut_at_stop([*draft.tokens[:a], verdict.next_token], stop)
         clock.lap(phase)
+        phases.lap("accept")
 
         kept = min(a, len(emitted))  # accepted draft tokens that survive the stop-token cut
         stats.target_forwards += 1
@@ -152,16 +144,20 @@ def generate(
             _extend(stats.drafted_per_position, n)
             _extend(stats.accepted_per_position, kept)
             stats.credit_step(draft.sources, kept)
+        phases.lap("stats")
 
         history.extend(emitted)
         generated.extend(emitted)
         crop_cache(cache, len(history) - 1)  # roll back rejected positions
+        phases.lap("crop")
         # The KV gained positions [start, len(history) - 1): the fed prompt suffix and the kept tokens.
         rows = hidden[: len(pending) + len(emitted) - 1] if hidden is not None else None
         drafter.commit(Verified(history, len(emitted), rows, start))
+        phases.lap("commit")
         pending = [history[-1]]
         policy.update(n, a)
         clock.lap("other")
+        phases.lap("other")
         if hit_stop:
             finish = "eos"
             break
@@ -170,6 +166,7 @@ def generate(
     stats.new_tokens = len(generated)
     stats.peak_memory_bytes = _peak_memory(engine, cache, max_kv, device)
     clock.lap("other")
+    phases.lap("other")
     session.totals = session.totals + stats
     return GenerationResult(
         tokens=generated,
@@ -190,9 +187,9 @@ def _extend(counts: list[int], upto: int) -> None:
 
 
 def _peak_memory(engine, cache, max_kv: int, device: torch.device) -> int:
-    """CUDA: measured peak. CPU: weights + KV at its longest (an estimate, labelled as such in docs)."""
+    """CUDA: measured peak. CPU: weights + packed copies + KV at its longest (an estimate, labelled as such in docs)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     held = cache.get_seq_length()
     per_token = kv_bytes(cache) / held if held else 0.0
-    return int(engine.weight_bytes + per_token * max_kv)
+    return int(engine.weight_bytes + engine.packed_bytes + per_token * max_kv)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 import torch
+from rich.console import Console
 
-from bench.__main__ import main
+from bench.__main__ import main, render_step_profile
 from bench.engine import RATIOS, analyse_forwards, first_divergence, tiny_models
 
 # One thread: the quick models are far too small to gain from more, and an oversubscribed core makes
@@ -48,7 +50,7 @@ def run_json(capsys, argv: list[str]) -> dict:
 
 
 def test_quick_engine_report(cache, capsys):
-    report = run_json(capsys, QUICK)
+    report = run_json(capsys, [*QUICK, "--profile"])
     setup = report["setup"]
     repeats = setup["repeats"]
     assert repeats == 2 and setup["max_new_tokens"] == 24 and len(setup["prompts"]) == 2
@@ -101,6 +103,31 @@ def test_quick_engine_report(cache, capsys):
     assert report["costs"]["target"]["path"] == setup["target"]["forward"]
     for row in report["limits"].values():
         assert row["R_in_generation"] > 0 and row["bound_in_generation"] > 0
+
+    # --profile: every spectune case's decode steps by phase, and its forwards by fed rows beside the profile's R_k
+    steps = report["step_profile"]
+    assert set(steps) == {c for c in setup["cases"] if c.startswith("spectune_")}
+    for name, row in steps.items():
+        acc = report["acceptance"][name]["engine_stats"]["timed"]
+        assert row["steps"] == acc["target_forwards"] - acc["generations"], name
+        assert set(row["per_step_us"]) == {
+            "prefill",
+            "draft",
+            "forward",
+            "accept",
+            "stats",
+            "crop",
+            "commit",
+            "other",
+            "total",
+        }
+        assert set(row["R_profile_by_rows"]) <= set(row["R_in_generation_by_rows"])
+    assert steps["spectune_plain"]["R_in_generation_by_rows"] == {"1": 1.0}
+    assert any(int(k) > 1 for k in steps["spectune_ngram"]["forward_us_by_rows"])
+    console = Console(file=io.StringIO(), width=250)
+    render_step_profile(report, console)
+    shown = console.file.getvalue()
+    assert "Where a decode step's time goes" in shown and "k=1 1.00/1.00" in shown
 
 
 @pytest.mark.parametrize(
