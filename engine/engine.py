@@ -28,6 +28,7 @@ from engine.kv import position_limit
 from engine.loading import LoadedModel, check_same_tokenizer
 from engine.mtp import MtpModule, check_target
 from engine.options import build_options, option_names
+from engine.profile import StepProfile
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.speculative import GenerationResult
@@ -94,8 +95,13 @@ class Engine:
         self.stop_tokens = frozenset(target.eos_token_ids)
         self.shared_state = drafter_shared_state(config.drafter, self.drafter_options)
         models = [m.model for m in (target, self.draft) if m is not None] + ([self.mtp] if self.mtp is not None else [])
+        # Copies a numeric path packs for its kernels (oneDNN): counted in the CPU estimate of peak memory.
+        forwards = [m.forward for m in (target, self.draft) if m is not None]
+        self.packed_bytes = sum(int(getattr(f, "packed_bytes", 0)) for f in forwards)
         self.weight_bytes = sum(_param_bytes(m) for m in models)
         self._sessions = 0
+        # Set a StepProfile here (engine/profile.py) to record where every step's time goes, phase by phase.
+        self.step_profile: StepProfile | None = None
         self.new_drafter()  # a drafter that cannot work with these models fails here, not in the first session
 
     @staticmethod

@@ -7,10 +7,15 @@ path is chosen once per loaded model (weights packed once, never per step):
     transformers  transformers' own forward (any architecture; the reference)
     torch         the engine's Llama-family forward (engine/llama.py), linears through F.linear
     onednn        the engine's Llama-family forward, linears through oneDNN with weights packed once (CPU)
+    mixed         the engine's Llama-family forward, each group of linears (decoder layers, LM head) on the
+                  kernel measured fastest for the call's fed rows: F.linear, oneDNN (fp32 / bf16) or a matmul
+                  over weights stored [in, out] (engine/forward_plan.py; CPU)
     graphs        the engine's Llama-family forward with decode / verify steps replayed from CUDA graphs over a
                   static KV buffer (engine/graphs.py; CUDA only, opt-in until measured on a GPU)
     auto          onednn on a CPU with oneDNN for bf16 models from hidden size 256 and fp32 ones from 1024
                   (where it measured faster, ONEDNN_MIN_WIDTH), else torch, for a covered architecture;
+                  then, on such a CPU from hidden size PLAN_MIN_WIDTH, the per-size plan measured on the
+                  model's shapes (cached per machine): mixed where another kernel pays for some sizes;
                   transformers for any other architecture (with a one-line note)
 
 A forward also reports each call to its `observers` (first position, fed tokens), which is how the
@@ -29,10 +34,11 @@ import torch
 from transformers import DynamicCache
 
 from engine import llama
+from engine.forward_plan import LinearPlan, measuring_enabled, plan_for
 from engine.kv import new_cache, position_limit
 
 log = logging.getLogger("spectune.forward")
-PATHS = ("auto", "transformers", "torch", "onednn", "graphs")
+PATHS = ("auto", "transformers", "torch", "onednn", "mixed", "graphs")
 # Narrowest model (hidden size) for which auto takes oneDNN, by dtype. Measured on the project's CPU (AMD EPYC,
 # AVX512-BF16; interleaved t_1 / t_5 of every path, 1 and 2 threads, 2026-12-01): bf16 through oneDNN is the
 # fastest path from the bundled 4x256 target up (t_1 3.1 ms vs 4.0 on F.linear, flat in rows) but not on the
@@ -40,6 +46,8 @@ PATHS = ("auto", "transformers", "torch", "onednn", "graphs")
 # tied, t_5 1.2-1.3 x t_1 against 1.7-1.9 on F.linear), while at 256 F.linear is faster for 1 and 5 rows alike
 # (2.5 / 3.1 ms against 4.0 / 3.8).
 ONEDNN_MIN_WIDTH = {torch.float32: 1024, torch.bfloat16: 256}
+# Narrowest model whose per-size plan auto measures: below it a forward is all dispatch, and kernels do not matter.
+PLAN_MIN_WIDTH = 128
 GRAPH_CAPACITY = 8192  # positions of the graphs path's static KV buffer (at most the model's context)
 Observer = Callable[[int, list[int]], None]
 
@@ -48,9 +56,10 @@ Observer = Callable[[int, list[int]], None]
 class PathChoice:
     """Which numeric path a model runs on, and why (one line for every result's provenance)."""
 
-    path: str  # transformers | torch | onednn
+    path: str  # transformers | torch | onednn | mixed | graphs
     dtype: str  # the weights' dtype, e.g. float32
     reason: str
+    plan: LinearPlan | None = None  # the kernel of each group of linears by fed rows (mixed; auto when measured)
 
     def describe(self) -> str:
         """e.g. "onednn float32 (auto: engine llama forward, oneDNN-packed linears on CPU)"."""
@@ -72,7 +81,7 @@ def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
     uncovered = llama.covers(model)
     if path == "transformers":
         return PathChoice("transformers", dtype, "forced: transformers' forward")
-    if path in ("torch", "onednn", "graphs"):
+    if path in ("torch", "onednn", "mixed", "graphs"):
         if uncovered is not None:
             raise ValueError(
                 f"forward path {path!r} needs the engine's Llama forward, which does not cover {uncovered}"
@@ -83,6 +92,8 @@ def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
             if weight.dtype not in llama.ONEDNN_DTYPES:
                 allowed = ", ".join(str(d).removeprefix("torch.") for d in llama.ONEDNN_DTYPES)
                 raise ValueError(f"forward path 'onednn' runs {allowed}, not {dtype} (use forward=torch)")
+        if path == "mixed" and weight.device.type != "cpu":
+            raise ValueError("forward path 'mixed' measures its plan on the CPU; the model is on the GPU (use torch)")
         if path == "graphs" and weight.device.type != "cuda":
             raise ValueError("forward path 'graphs' needs a CUDA device (CUDA graphs); the model is on the CPU")
         return PathChoice(path, dtype, f"forced: {_WHAT[path]}")
@@ -101,6 +112,7 @@ def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
 _WHAT = {
     "torch": "engine llama forward, F.linear",
     "onednn": "engine llama forward, oneDNN-packed linears",
+    "mixed": "engine llama forward, each group of linears on the kernel measured fastest for the fed rows",
     "graphs": "engine llama forward, F.linear, CUDA graphs for steps of up to 17 tokens",
 }
 
@@ -234,7 +246,7 @@ class EngineForward(llama.LlamaForward):
     """The engine's Llama-family forward with the same interface (observers, choice) as TransformersForward."""
 
     def __init__(self, model: torch.nn.Module, choice: PathChoice) -> None:
-        super().__init__(model, kernel="onednn" if choice.path == "onednn" else "torch")
+        super().__init__(model, kernel="onednn" if choice.path == "onednn" else "torch", plan=choice.plan)
         self.model = model
         self.choice = choice
         self.observers: list[Observer] = []
@@ -264,8 +276,34 @@ Forward = TransformersForward | EngineForward
 def make_forward(model: torch.nn.Module, path: str = "auto") -> Forward:
     """The forward of `model` on `path` (see the module docstring), weights prepared once."""
     choice = choose_path(model, path)
+    if choice.path == "mixed" or (path == "auto" and _plan_pays_off(model, choice)):
+        choice = _planned(model, choice, forced=path == "mixed")
     if choice.path == "transformers":
         if path == "auto":  # one line, so a user knows why this model runs slower than a covered one
             log.warning("note: %s runs on transformers' forward: %s", type(model).__name__, choice.reason)
         return TransformersForward(model, choice)
     return EngineForward(model, choice)
+
+
+def _plan_pays_off(model: torch.nn.Module, choice: PathChoice) -> bool:
+    """auto measures a per-size plan for CPU models oneDNN runs, from PLAN_MIN_WIDTH wide."""
+    weight = next(model.parameters())
+    return (
+        choice.path in ("torch", "onednn")
+        and weight.device.type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and weight.dtype in llama.ONEDNN_DTYPES
+        and int(model.config.hidden_size) >= PLAN_MIN_WIDTH
+        and measuring_enabled()
+    )
+
+
+def _planned(model: torch.nn.Module, choice: PathChoice, forced: bool) -> PathChoice:
+    """`choice` refined by the measured per-size plan (the static kernel where nothing else pays)."""
+    static = "torch" if forced else choice.path
+    plan = plan_for(model, static)
+    how = "forced" if forced else "auto"
+    kernel = plan.layers.single
+    if plan.mixed or forced or kernel not in _WHAT:  # a kernel no single path is named after runs as `mixed`
+        return PathChoice("mixed", choice.dtype, f"{how}: engine llama forward; measured here: {plan.describe()}", plan)
+    return PathChoice(kernel, choice.dtype, f"auto: {_WHAT[kernel]} (measured here at every size)", plan)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from engine.forward_plan import GroupPlan, LinearPlan
 from engine.kv import grown_capacity
 
 ARCHITECTURES = ("llama", "qwen2", "mistral")
@@ -60,14 +61,39 @@ def onednn_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
     return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+def transposed_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    """x W^T as a plain matmul over a copy of W stored [in, out] (contiguous), on any device and dtype.
+
+    Why: over weights it must stream from memory (a decode step's), MKL's GEMM in this layout costs about
+    the same for 1 to 8 rows, where F.linear over [out, in] steps up at 4 and 7 rows (measured on this
+    project's CPU, fp32, each weight cache-cold: a 704 x 256 linear 27 us for 1 row and 29 for 5 here,
+    against 27 and 36 through F.linear; the 8192 x 256 LM head 301 and 332 us against 308 and 605).
+    """
+    stored = weight.t().contiguous()  # [in, out]
+    if bias is None:
+        return lambda x: x @ stored
+    return lambda x: torch.addmm(bias, x, stored)
+
+
 KERNELS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], Linear]] = {
     "torch": torch_linear,
     "onednn": onednn_linear,
+    "transposed": transposed_linear,
 }
+COPYING_KERNELS = ("onednn", "transposed")  # kernels that hold their own copy of the weights
+
+
+def _linear_params(layer: torch.nn.Module) -> list[torch.Tensor]:
+    """The weights (and biases) of a decoder layer's linears."""
+    attn, mlp = layer.self_attn, layer.mlp
+    mods = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    return [p for m in mods for p in m.parameters()]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / rms(x), the mean of squares taken in float32 (as transformers does)."""
+    if x.dtype == torch.float32:  # one fused op; bit for bit the same sums in fp32 (tested), ~2.5 us less per call
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     x32 = x.float()
     return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
@@ -82,13 +108,14 @@ class _Projections:
     """Several projections of one input (q, k, v or gate, up): outputs [n, out_i] each.
 
     Fused (one call over row-concatenated weights) when the kernel copies weights anyway (oneDNN packs
-    them); otherwise one call per projection over the model's own tensors, so no weight is duplicated.
+    them, `transposed` stores them [in, out]); otherwise one call per projection over the model's own
+    tensors, so no weight is duplicated.
     """
 
     def __init__(self, modules: list[torch.nn.Linear], kernel: str) -> None:
         make = KERNELS[kernel]
         self.sizes = [m.weight.shape[0] for m in modules]
-        if kernel == "onednn" and len(modules) > 1:
+        if kernel in COPYING_KERNELS and len(modules) > 1:
             biases = [m.bias for m in modules]
             bias = None
             if any(b is not None for b in biases):
@@ -108,16 +135,31 @@ class _Projections:
         return self.run(x)
 
 
-class _Layer:
-    """One decoder layer's weights: norms, q|k|v, o, gate|up, down."""
+class Switch:
+    """From how many fed rows a group of linears runs its `many` kernel (the plan measurement moves it)."""
 
-    def __init__(self, layer: torch.nn.Module, kernel: str, window: int | None) -> None:
+    def __init__(self, from_rows: int) -> None:
+        self.from_rows = from_rows
+
+
+def by_rows(plan: GroupPlan, make: Callable[[str], Callable], switch: Switch) -> Callable:
+    """A call that runs `make(kernel)`'s result for the kernel `plan` (and `switch`) gives its input's row count."""
+    if plan.uniform:
+        return make(plan.single)
+    single, many = make(plan.single), make(plan.many)
+    return lambda x: many(x) if x.shape[0] >= switch.from_rows else single(x)
+
+
+class _Layer:
+    """One decoder layer's weights: norms, q|k|v, o, gate|up, down (each on its kernel by fed rows)."""
+
+    def __init__(self, layer: torch.nn.Module, plan: GroupPlan, switch: Switch, window: int | None) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
-        self.qkv = _Projections([attn.q_proj, attn.k_proj, attn.v_proj], kernel)
-        self.o = KERNELS[kernel](attn.o_proj.weight, attn.o_proj.bias)
-        self.gate_up = _Projections([mlp.gate_proj, mlp.up_proj], kernel)
-        self.down = KERNELS[kernel](mlp.down_proj.weight, mlp.down_proj.bias)
+        self.qkv = by_rows(plan, lambda k: _Projections([attn.q_proj, attn.k_proj, attn.v_proj], k), switch)
+        self.o = by_rows(plan, lambda k: KERNELS[k](attn.o_proj.weight, attn.o_proj.bias), switch)
+        self.gate_up = by_rows(plan, lambda k: _Projections([mlp.gate_proj, mlp.up_proj], k), switch)
+        self.down = by_rows(plan, lambda k: KERNELS[k](mlp.down_proj.weight, mlp.down_proj.bias), switch)
         self.window = window  # sliding window (positions a query sees, itself included), None = full
 
 
@@ -175,18 +217,20 @@ class LlamaCache:
 class LlamaForward:
     """Runs a covered transformers Llama-family model with its own maths, over the model's weight tensors.
 
-    `kernel` names the linear implementation (KERNELS). `torch` reads the model's own tensors (no
-    copy); `onednn` packs fused copies once here, so the linear weights are held twice in RAM (the
+    `kernel` names the linear implementation (KERNELS) of every call; `plan` instead chooses it per group
+    of linears and fed rows (engine/forward_plan.py). `torch` reads the model's own tensors (no copy);
+    `onednn` packs fused copies once here, so those weights are held twice in RAM (`packed_bytes`; the
     transformers module stays loaded: transformers' cases in the benchmark and the tests use it).
     """
 
-    def __init__(self, model: torch.nn.Module, kernel: str = "torch") -> None:
+    def __init__(self, model: torch.nn.Module, kernel: str = "torch", plan: LinearPlan | None = None) -> None:
         if (reason := covers(model)) is not None:
             raise ValueError(f"the engine's Llama forward does not cover {reason}")
         if kernel not in KERNELS:
             raise ValueError(f"unknown linear kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
         config, body = model.config, model.model
-        self.kernel = kernel
+        self.plan = plan = plan or LinearPlan.uniform(kernel)
+        self.kernel = kernel if not plan.mixed else "mixed"
         self.dtype = body.embed_tokens.weight.dtype
         self.device = body.embed_tokens.weight.device
         self.heads = config.num_attention_heads
@@ -200,16 +244,25 @@ class LlamaForward:
             getattr(config, "layer_types", None)
             or ["sliding_attention" if window else "full_attention"] * config.num_hidden_layers
         )
+        # Where each group switches kernels; only the plan measurement moves these (engine/forward_plan.py).
+        self.switches = {"layers": Switch(plan.layers.from_rows), "head": Switch(plan.head.from_rows)}
         with torch.no_grad():
-            make = KERNELS[kernel]
             self.layers = [
-                _Layer(layer, kernel, window if kind == "sliding_attention" else None)
+                _Layer(layer, plan.layers, self.switches["layers"], window if kind == "sliding_attention" else None)
                 for layer, kind in zip(body.layers, types, strict=True)
             ]
             self.embed = body.embed_tokens.weight  # [V, h]
             self.norm = body.norm.weight
             head = model.lm_head
-            self.lm_head = make(head.weight, head.bias)
+            self.lm_head = by_rows(plan.head, lambda k: KERNELS[k](head.weight, head.bias), self.switches["head"])
+        # Bytes of the packed copies: every oneDNN group holds its weights a second time.
+        linears = sum(p.numel() * p.element_size() for layer in body.layers for p in _linear_params(layer))
+        head_bytes = sum(p.numel() * p.element_size() for p in head.parameters())
+        copies = {kernel: 0 for kernel in COPYING_KERNELS}  # one copy per copying kernel a group uses
+        for group, size in ((plan.layers, linears), (plan.head, head_bytes)):
+            for kernel in {group.single, group.many} & set(COPYING_KERNELS):
+                copies[kernel] += size
+        self.packed_bytes = sum(copies.values())
         rotary = body.rotary_emb
         self.inv_freq = rotary.inv_freq.float()  # [d / 2]
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
@@ -233,8 +286,14 @@ class LlamaForward:
         return self._cos, self._sin
 
     @staticmethod
-    def _mask(start: int, n: int, first: int, window: int | None, device: torch.device) -> torch.Tensor | None:
-        """Which cached positions [first, start + n) each new query at start + i may attend to, [n, L]."""
+    def _mask(
+        start: int, n: int, first: int, window: int | None, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor | None:
+        """What each new query at start + i adds to its scores over cached positions [first, start + n), [n, L].
+
+        0 where it may attend, -inf elsewhere: the additive form attention turns a boolean mask into at
+        every call, made once per forward instead of once per layer.
+        """
         if n == 1 and (window is None or first >= start + 1 - window):
             return None  # one query sees every position it is given
         q = torch.arange(start, start + n, device=device)[:, None]
@@ -242,7 +301,7 @@ class LlamaForward:
         allowed = k <= q
         if window is not None:
             allowed &= q - k < window
-        return allowed
+        return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
 
     def _decoder(
         self,
@@ -297,7 +356,7 @@ class LlamaForward:
         def view(i: int, window: int | None):
             if window not in masks:  # earliest position any new query sees, and the mask from there
                 first = 0 if window is None else max(0, start + 1 - window)
-                masks[window] = (first, self._mask(start, n, first, window, self.device))
+                masks[window] = (first, self._mask(start, n, first, window, self.device, self.dtype))
             first, mask = masks[window]
             return cache.k[i][:, first:end], cache.v[i][:, first:end], mask
 

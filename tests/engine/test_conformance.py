@@ -7,9 +7,10 @@ Sliding-window targets (Mistral: every layer; Gemma 3: alternating with full lay
 of 8, shorter than every prompt, so every rollback happens past the window. Every target runs on
 transformers' forward and, where it covers the architecture, on the engine's own Llama forward
 (engine/llama.py, path `torch`: float64 like the rest; the oneDNN path is fp32/bf16 only and is
-checked on the bundled models in test_forward_paths.py). Combined drafters (`A+B`) and the MTP and
-layer-skip drafters run the same suite; the MTP modules are random but made to partly agree with the
-targets (`agreeing_mtp`), so their drafts are both accepted and rejected.
+checked on the bundled models in test_forward_paths.py), and Llama and Mistral also on a `mixed` path
+whose single-row steps and verification rows run on different kernels (SPLIT). Combined drafters
+(`A+B`) and the MTP and layer-skip drafters run the same suite; the MTP modules are random but made
+to partly agree with the targets (`agreeing_mtp`), so their drafts are both accepted and rejected.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import torch
 
 from engine.drafters import DraftContext
 from engine.engine import Engine, EngineConfig
-from engine.forward import TransformersForward
+from engine.forward import EngineForward, PathChoice, TransformersForward
+from engine.forward_plan import GroupPlan, LinearPlan
 from engine.kv import SlidingGrowingLayer, kv_tensors, new_cache
 from engine.llama import covers
 from engine.loading import LoadedModel
@@ -32,9 +34,14 @@ from engine.testing import SLIDING_WINDOW, perturbed_copy, random_model
 
 ARCHS = ["llama", "qwen2", "mistral", "gemma3"]
 # (arch, forward path): transformers' forward for all, the engine's for the architectures it covers
-TARGETS = [(arch, "transformers") for arch in ARCHS] + [
-    (arch, "torch") for arch in ARCHS if covers(random_model(arch).model) is None
-]
+TARGETS = (
+    [(arch, "transformers") for arch in ARCHS]
+    + [(arch, "torch") for arch in ARCHS if covers(random_model(arch).model) is None]
+    + [(arch, "mixed") for arch in ("llama", "mistral")]
+)
+# The mixed path as a verification step meets it: single rows on F.linear, 2 rows and more through the matmul
+# over [in, out] weights, in both groups (a path mix whose kernels round differently, exact in float64).
+SPLIT = LinearPlan(GroupPlan("torch", "transposed", 2), GroupPlan("torch", "transposed", 2))
 DRAFT_LIMIT = 20  # position limit of the short-context draft: generations run well past it
 
 
@@ -113,7 +120,9 @@ PROMPTS = [
 @pytest.fixture(scope="module", params=TARGETS, ids=[f"{a}-{p}" for a, p in TARGETS])
 def target(request):
     arch, path = request.param
-    model = random_model(arch, seed=7, forward=path)
+    model = random_model(arch, seed=7, forward="torch" if path == "mixed" else path)
+    if path == "mixed":
+        model._forward = EngineForward(model.model, PathChoice("mixed", "float64", "conformance: SPLIT", SPLIT))
     assert model.forward.choice.path == path
     return model
 
