@@ -12,7 +12,7 @@ from typing import Protocol
 
 import torch
 
-from engine.sampling import SamplingParams, effective_probs, sample
+from engine.sampling import SamplingParams, effective_probs, greedy_ids, sample
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class ExactAcceptance:
     def verify(self, target_logits, draft, draft_probs, params, generator) -> Verdict:
         n = len(draft)
         if params.greedy:
-            best = target_logits.argmax(-1).tolist()  # [n + 1]
+            best = greedy_ids(target_logits).tolist()  # [n + 1], one transfer to Python
             a = _first_false([draft[i] == best[i] for i in range(n)])
             return Verdict(a, best[a])
         p = effective_probs(target_logits, params)  # [n + 1, V]
@@ -110,7 +110,7 @@ def _scoring_probs(target_logits: torch.Tensor, params: SamplingParams) -> torch
 
 def _target_token(target_logits_row: torch.Tensor, params: SamplingParams, generator) -> int:
     if params.greedy:
-        return int(target_logits_row.argmax(-1))
+        return int(greedy_ids(target_logits_row))
     return sample(effective_probs(target_logits_row, params), generator)
 
 

@@ -17,7 +17,7 @@ import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs
 from engine.kv import crop_cache, position_limit
-from engine.sampling import effective_probs, sample
+from engine.sampling import effective_probs, greedy_ids, sample
 
 if TYPE_CHECKING:
     from engine.loading import LoadedModel
@@ -107,7 +107,7 @@ class DraftModelDrafter(DrafterBase):
             if ctx.params.greedy:
                 if ctx.confidence is not None and float(logits.float().softmax(-1).max()) < ctx.confidence:
                     break
-                tok = int(logits.argmax())
+                tok = int(greedy_ids(logits))
             else:
                 q = effective_probs(logits, ctx.params)  # [V_target]
                 if ctx.confidence is not None and float(q.max()) < ctx.confidence:

@@ -21,7 +21,7 @@ import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
 from engine.kv import grown_capacity
-from engine.sampling import effective_probs, sample
+from engine.sampling import effective_probs, greedy_ids, sample
 from engine.session import common_prefix
 
 
@@ -119,7 +119,7 @@ class MtpDrafter(DrafterBase):
             logits = draft_logits[0]
             if ctx.confidence is not None and float(logits.float().softmax(-1).max()) < ctx.confidence:
                 return None
-            return int(module.to_target_ids(logits.argmax()))
+            return int(module.to_target_ids(greedy_ids(logits)))
         q = effective_probs(module.full_logits(draft_logits)[0], ctx.params)  # [V_target]
         if ctx.confidence is not None and float(q.max()) < ctx.confidence:
             return None

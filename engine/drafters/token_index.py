@@ -50,8 +50,12 @@ class TokenIndex:
         self._stream_start = len(self.tokens)
 
     def stream(self) -> list[int]:
-        """The tokens of the current stream."""
+        """The tokens of the current stream (a copy)."""
         return self.tokens[self._stream_start :]
+
+    def stream_length(self) -> int:
+        """Tokens in the current stream, without copying them (a step's commit asks this)."""
+        return len(self.tokens) - self._stream_start
 
     def append(self, new_tokens: list[int]) -> None:
         """Extend the current stream; a position becomes findable once its successor exists."""
@@ -114,7 +118,7 @@ class HistoryMirror:
 
     def sync(self, history: list[int], check_prefix: bool) -> None:
         """Bring the stream up to `history`; `check_prefix` compares the indexed part first (O(n))."""
-        mine = len(self.index.stream())
+        mine = self.index.stream_length()
         diverged = mine > len(history) or (check_prefix and self.index.stream() != history[:mine])
         if diverged:
             self.index.reset()
