@@ -68,7 +68,7 @@ from tasks.sandbox.base import (
     SandboxError,
 )
 from tasks.sandbox.image import DEFAULT_TAG
-from tasks.sandbox.limits import GIB, MIB, Limits, OutputCapture
+from tasks.sandbox.limits import GIB, MIB, Limits, OutputCapture, setpriv_args
 from tasks.sandbox.local import (  # git settings, environments and output normalisation: the same bytes as local
     BASELINE_ATTRIBUTES,
     DIFF_FLAGS,
@@ -634,17 +634,7 @@ class DockerSandbox:
         self._require_started()
         if not (isinstance(timeout, int | float) and 0 < timeout < 10**7):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        prefix = [
-            *self.limits.prlimit_args("prlimit", timeout),
-            "setpriv",
-            f"--reuid={self.uid}",
-            f"--regid={self.gid}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ]
+        prefix = [*self.limits.prlimit_args("prlimit", timeout), *setpriv_args("setpriv", self.uid, self.gid)]
         grader_job = {**job, "env": self.env, "kill_leftovers": True}
         env = {**self.env, "SPECTUNE_CHILD_PREFIX": json.dumps(prefix), "SPECTUNE_GRADER_JOB": json.dumps(grader_job)}
         python = os.path.join(self._venv, "bin", "python")

@@ -93,6 +93,12 @@ class Limits:
         return args
 
 
+def setpriv_args(setpriv: str, uid: int | None = None, gid: int | None = None) -> list[str]:
+    """A `setpriv ... --` prefix: no new privileges, no capabilities, and with uid/gid that user, groups cleared."""
+    user = [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"] if uid is not None else []
+    return [setpriv, *user, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+
+
 class OutputCapture:
     """Keeps the first `limit // 2` and the last `limit - limit // 2` bytes of a stream.
 

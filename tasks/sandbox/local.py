@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.sandbox.base import DEFAULT_TIMEOUT_S, DIFF_LIMIT, WORKSPACE, CommandResult, PatchTooLargeError, SandboxError
-from tasks.sandbox.limits import Limits, OutputCapture, parse_size
+from tasks.sandbox.limits import Limits, OutputCapture, parse_size, setpriv_args
 from tasks.sandbox.local_cgroup import CommandCgroups, reap_stale_cgroups
 from tasks.sandbox.owner import mark, reap_stale_dirs
 from tasks.sandbox.task_python import ENV_VAR as TASK_PYTHON_ENV
@@ -859,18 +859,9 @@ class LocalSandbox:
             argv_prefix = [self._unshare or "unshare", *self._ns_flags(userns=self.isolation == "userns")]
         run = self.limits.prlimit_args(self._prlimit, timeout)
         if self.isolation == "namespaces" or (self.isolation == "none" and self._root):
-            run += [
-                self._setpriv or "setpriv",
-                f"--reuid={self.uid}",
-                f"--regid={self.gid}",
-                "--clear-groups",
-                "--no-new-privs",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--",
-            ]
+            run += setpriv_args(self._setpriv or "setpriv", self.uid, self.gid)
         elif self.isolation == "userns" and self._setpriv:
-            run += [self._setpriv, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+            run += setpriv_args(self._setpriv)
         if trusted is not None:
             # the trusted program runs as the namespace's root (no limits of the command's own) and starts the
             # untrusted part with `run` as its prefix: as `user`, under the limits, without privileges
