@@ -14,6 +14,20 @@ IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 # timing taken on the test machine. The per-size plan has its own tests (test_forward_plan.py) with given plans.
 os.environ["SPECTUNE_FORWARD_PLANS"] = "off"
 SANDBOX_KINDS = ("local", "docker")
+# A workspace's .gitattributes (or any git configuration) must not change what a sandbox's diff() shows: `binary`
+# (= -diff -merge -text) or `-diff` would turn a .py edit into a binary patch that text checks cannot read,
+# `text`/`eol` rewrite line ends, `filter=`/`ident` the content. Both sandboxes' tests try each of these.
+WORKSPACE_ATTRIBUTES = [
+    "*.py binary\n",
+    "*.py -diff filter=x\n",
+    "[attr]hide -diff -text\n*.py hide ident\n*.txt text eol=lf working-tree-encoding=UTF-16\n",
+]
+WORKSPACE_ATTRIBUTE_IDS = ["binary", "-diff filter", "macro eol encoding"]
+
+
+def diff_sections(diff: str) -> dict[str, str]:
+    """Each file's part of a git diff, by path."""
+    return {part.split(" b/", 1)[0]: part for part in diff.split("diff --git a/")[1:]}
 
 
 def sandbox_factory_or_skip(kind: str, **options) -> Callable:

@@ -28,6 +28,7 @@ from tasks.sandbox.docker import (
     strip_pytest_timing,
 )
 from tasks.sandbox.task_python import task_python
+from tests.conftest import WORKSPACE_ATTRIBUTE_IDS, WORKSPACE_ATTRIBUTES, diff_sections
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 
@@ -154,28 +155,16 @@ def test_echo_exit_code_cwd_and_diff(sandbox: DockerSandbox):
     assert sandbox.diff() == diff
 
 
-# see tests/tasks/test_local_sandbox.py: the same workspace attributes, the same diff as without them
-WORKSPACE_ATTRIBUTES = [
-    "*.py binary\n",
-    "*.py -diff filter=x\n",
-    "[attr]hide -diff -text\n*.py hide ident\n*.txt text eol=lf working-tree-encoding=UTF-16\n",
-]
-
-
-def _diff_sections(diff: str) -> dict[str, str]:
-    return {part.split(" b/", 1)[0]: part for part in diff.split("diff --git a/")[1:]}
-
-
-@pytest.mark.parametrize("attributes", WORKSPACE_ATTRIBUTES, ids=["binary", "-diff filter", "macro eol encoding"])
+@pytest.mark.parametrize("attributes", WORKSPACE_ATTRIBUTES, ids=WORKSPACE_ATTRIBUTE_IDS)
 def test_diff_ignores_the_workspaces_gitattributes(docker_ok, repo: Path, attributes: str):
     (repo / "crlf.txt").write_bytes(b"a\r\nb\r\n")
     with DockerSandbox() as box:
         box.start(repo)
         edit = "sed -i 's/a + b/a - b/' pkg/mod.py && printf 'c\\r\\n' >> crlf.txt && printf 'x\\0y' > blob.bin"
         assert box.run(edit, timeout=10).ok
-        plain = _diff_sections(box.diff())
+        plain = diff_sections(box.diff())
         assert box.run(f"printf %s {shlex.quote(attributes)} > .gitattributes", timeout=10).ok
-        sections = _diff_sections(box.diff())
+        sections = diff_sections(box.diff())
     assert "+" + attributes.splitlines()[0] + "\n" in sections[".gitattributes"]
     assert "GIT binary patch" not in sections["pkg/mod.py"] and "+    return a - b\n" in sections["pkg/mod.py"]
     assert " a\r\n b\r\n+c\r\n" in sections["crlf.txt"]  # no line-end conversion

@@ -24,6 +24,7 @@ from tasks.sandbox import SandboxError, make_sandbox
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, WORKSPACE
 from tasks.sandbox.limits import OutputCapture, elision_marker
 from tasks.sandbox.local import TMPFS_DIRS, LocalSandbox, command_env, normalize_output
+from tests.conftest import WORKSPACE_ATTRIBUTE_IDS, WORKSPACE_ATTRIBUTES, diff_sections
 
 
 def _marker() -> str:
@@ -100,22 +101,7 @@ def test_diff_survives_the_command_rewriting_its_git(sandbox: LocalSandbox) -> N
     assert "+x" in sandbox.diff()
 
 
-# A workspace's .gitattributes (or any git configuration) must not change what diff() shows: `binary` (= -diff -merge
-# -text) or `-diff` would turn a .py edit into a binary patch that text checks cannot read, `text`/`eol` rewrite line
-# ends, `filter=`/`ident` the content.
-WORKSPACE_ATTRIBUTES = [
-    "*.py binary\n",
-    "*.py -diff filter=x\n",
-    "[attr]hide -diff -text\n*.py hide ident\n*.txt text eol=lf working-tree-encoding=UTF-16\n",
-]
-
-
-def _diff_sections(diff: str) -> dict[str, str]:
-    """Each file's part of a git diff, by path."""
-    return {part.split(" b/", 1)[0]: part for part in diff.split("diff --git a/")[1:]}
-
-
-@pytest.mark.parametrize("attributes", WORKSPACE_ATTRIBUTES, ids=["binary", "-diff filter", "macro eol encoding"])
+@pytest.mark.parametrize("attributes", WORKSPACE_ATTRIBUTES, ids=WORKSPACE_ATTRIBUTE_IDS)
 def test_diff_ignores_the_workspaces_gitattributes(source: Path, attributes: str) -> None:
     (source / "mod.py").write_text("def f():\n    return 1\n")
     (source / "crlf.txt").write_bytes(b"a\r\nb\r\n")
@@ -123,10 +109,10 @@ def test_diff_ignores_the_workspaces_gitattributes(source: Path, attributes: str
         sb.start(source)
         edit = "printf '    return 2  # $Id$\\n' >> mod.py && printf 'c\\r\\n' >> crlf.txt && printf 'x\\0y' > blob.bin"
         assert sb.run(edit, timeout=10).ok
-        plain = _diff_sections(sb.diff())
+        plain = diff_sections(sb.diff())
         assert sb.run(f"printf %s {shlex.quote(attributes)} > .gitattributes", timeout=10).ok
         diff = sb.diff()
-    sections = _diff_sections(diff)
+    sections = diff_sections(diff)
     assert "+" + attributes.splitlines()[0] + "\n" in sections[".gitattributes"]
     assert "GIT binary patch" not in sections["mod.py"] and "+    return 2  # $Id$\n" in sections["mod.py"]
     assert " a\r\n b\r\n+c\r\n" in sections["crlf.txt"]  # no line-end conversion
