@@ -58,7 +58,7 @@ class EngineModel:
         if self.session is None:
             raise RuntimeError("EngineModel.reply called outside a task: call begin(instance_id) first")
         t0 = time.perf_counter()
-        result = self.session.generate(prompt_ids, max_new_tokens, self.stop_tokens)
+        result = self.engine.generate(prompt_ids, max_new_tokens, session=self.session, stop_tokens=self.stop_tokens)
         wall = time.perf_counter() - t0
         body = result.tokens[:-1] if result.finish_reason == "eos" else result.tokens
         text = self.tokenizer.decode(body, skip_special_tokens=True, clean_up_tokenization_spaces=False)

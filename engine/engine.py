@@ -11,7 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
+from engine.batch import decode_together
+from engine.decode import Decoding, GenerationResult, Runtime, decode
 from engine.drafters import (
     Drafter,
     DrafterResources,
@@ -31,7 +35,6 @@ from engine.options import build_options, option_names
 from engine.profile import StepProfile
 from engine.sampling import SamplingParams
 from engine.session import Session
-from engine.speculative import GenerationResult
 
 
 @dataclass
@@ -146,6 +149,21 @@ class Engine:
         return drafter_options, rule
 
     @property
+    def runtime(self) -> Runtime:
+        """What decoding reads from this engine, as it is now (tests swap an engine's acceptance rule)."""
+        return Runtime(
+            forward=self.forward,
+            acceptance=self.acceptance,
+            params=self.params,
+            stop_tokens=self.stop_tokens,
+            context_limit=self.context_limit,
+            device=self.device,
+            drafter=self.config.drafter,
+            acceptance_name=self.config.acceptance,
+            resident_bytes=self.weight_bytes + self.packed_bytes,
+        )
+
+    @property
     def lossy(self) -> bool:
         """True when the acceptance rule may change what plain decoding would output."""
         return self.acceptance.lossy
@@ -165,7 +183,12 @@ class Engine:
         if seed is None:
             seed = self.config.seed + self._sessions
         self._sessions += 1
-        return Session(self, seed)
+        return Session(
+            cache=self.forward.new_cache(),
+            drafter=self.new_drafter(),
+            policy=self.new_gamma_policy(),
+            generator=torch.Generator(device=self.device).manual_seed(seed),
+        )
 
     def generate(
         self,
@@ -174,9 +197,33 @@ class Engine:
         session: Session | None = None,
         stop_tokens: frozenset[int] | None = None,
     ) -> GenerationResult:
-        """Generate in `session` (a fresh one if None)."""
+        """Continue `session` (a fresh one if None) with `prompt`, its whole token history for this turn."""
         session = session or self.new_session()
-        return session.generate(prompt, max_new_tokens, stop_tokens)
+        return decode(self.runtime, session, prompt, max_new_tokens, stop_tokens, self.step_profile)
+
+    def decoding(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        session: Session | None = None,
+        stop_tokens: frozenset[int] | None = None,
+    ) -> Decoding:
+        """A generation of `session` (a fresh one if None) to step alone or in a Batch (engine/batch.py)."""
+        return Decoding(self.runtime, session or self.new_session(), prompt, max_new_tokens, stop_tokens)
+
+    def generate_together(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sessions: list[Session] | None = None,
+        stop_tokens: frozenset[int] | None = None,
+    ) -> list[GenerationResult]:
+        """Generate for several sessions at once, every step verified in one batched target forward."""
+        sessions = sessions or [self.new_session() for _ in prompts]
+        if len(sessions) != len(prompts):
+            raise ValueError(f"generate_together: {len(prompts)} prompts for {len(sessions)} sessions")
+        decodings = [self.decoding(p, max_new_tokens, s, stop_tokens) for p, s in zip(prompts, sessions, strict=True)]
+        return decode_together(self.runtime, decodings)
 
     def reset_drafter_state(self) -> None:
         """Forget what drafters learned across sessions (e.g. suffix's finished generations): measurement isolation."""

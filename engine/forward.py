@@ -201,6 +201,7 @@ class TransformersForward:
         self.observers: list[Observer] = []
         self._cache_kw = _cache_keyword(model)
         self._last_layer = decoder_layers(model)[-1]
+        self._said_serial = False
 
     def new_cache(self) -> DynamicCache:
         """An empty KV cache that grows in place and crops exactly (engine.kv.new_cache)."""
@@ -241,6 +242,18 @@ class TransformersForward:
                 hook.remove()
         return out.logits[0], (caught[0][0] if hidden else None)  # [keep, V], [n, h]
 
+    def many(
+        self, caches: list, feeds: list[list[int]], keeps: list[int], hidden: bool = False
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Several sessions' steps, one forward per session in order (transformers' caches do not batch ragged)."""
+        if len(caches) > 1 and not self._said_serial:
+            self._said_serial = True
+            log.warning(
+                "note: %s runs on transformers' forward, which serves a batch's sessions one at a time",
+                type(self.model).__name__,
+            )
+        return [self(c, f, k, hidden) for c, f, k in zip(caches, feeds, keeps, strict=True)]
+
 
 class EngineForward(llama.LlamaForward):
     """The engine's Llama-family forward with the same interface (observers, choice) as TransformersForward."""
@@ -268,6 +281,19 @@ class EngineForward(llama.LlamaForward):
         if self._graphs is not None:
             return self._graphs(cache, tokens, keep, hidden)
         return super().__call__(cache, tokens, keep, hidden)
+
+    def many(self, caches, feeds, keeps, hidden=False):
+        """Several sessions' steps in one ragged forward (LlamaForward.many); a batch of one is a plain call.
+
+        On the graphs path a batch runs eagerly over the sessions' static buffers (graphs are captured per
+        session and k; per batch-size buckets are not captured yet).
+        """
+        if len(caches) == 1:
+            return [self(caches[0], feeds[0], keeps[0], hidden)]
+        for cache, tokens in zip(caches, feeds, strict=True):
+            for observe in self.observers:
+                observe(cache.get_seq_length(), tokens)
+        return super().many(caches, feeds, keeps, hidden)
 
 
 Forward = TransformersForward | EngineForward

@@ -146,6 +146,15 @@ def new_cache(model: torch.nn.Module) -> DynamicCache:
     return cache
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (how much of a cache a new prompt can keep)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def position_limit(model: torch.nn.Module) -> int | None:
     """How many positions the model can embed (`max_position_embeddings`, GPT-2's `n_positions`), if set."""
     config = model.config.get_text_config(decoder=True)

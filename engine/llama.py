@@ -308,11 +308,15 @@ class LlamaForward:
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        write: Callable[[int, torch.Tensor, torch.Tensor], None],
-        view: Callable[[int, int | None], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+        attend: Callable[[int, int | None, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     ) -> torch.Tensor:
-        """Every decoder layer over new rows x [n, h]; `write` stores layer i's new K/V, `view` gives what to attend."""
-        n, qn, d = x.shape[0], self.heads * self.head_dim, self.head_dim
+        """Every decoder layer over new rows x [n, h] at the positions of cos/sin [n, d].
+
+        `attend(i, window, q, k, v)` stores layer i's new K/V [KV, n, d] where the caller keeps them and
+        returns the attention output [n, H d] of the queries q [H, n, d]: one cache, a static buffer, or
+        several sessions' caches, each over its own rows.
+        """
+        n, d = x.shape[0], self.head_dim
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(rms_norm(x, layer.norm1, self.eps))  # [n, H d], [n, KV d], [n, KV d]
             q = q.view(n, self.heads, d).transpose(0, 1)  # [H, n, d]
@@ -320,20 +324,36 @@ class LlamaForward:
             v = v.view(n, self.kv_heads, d).transpose(0, 1)  # [KV, n, d]
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
-            write(i, k, v)
-            keys, values, mask = view(i, layer.window)  # [KV, L, d] x 2, [n, L] or None
-            att = F.scaled_dot_product_attention(
-                q[None],
-                keys[None],
-                values[None],
-                attn_mask=mask,
-                scale=self.scale,
-                enable_gqa=self.kv_heads != self.heads,
-            )  # [1, H, n, d]
-            x = x + layer.o(att[0].transpose(0, 1).reshape(n, qn))
+            x = x + layer.o(attend(i, layer.window, q, k, v))
             gate, up = layer.gate_up(rms_norm(x, layer.norm2, self.eps))  # [n, I] each
             x = x + layer.down(F.silu(gate) * up)
         return x
+
+    def _attention(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """softmax(q K^T / sqrt(d) + mask) V for q [H, n, d] over keys/values [KV, L, d]: [n, H d]."""
+        att = F.scaled_dot_product_attention(
+            q[None],
+            keys[None],
+            values[None],
+            attn_mask=mask,
+            scale=self.scale,
+            enable_gqa=self.kv_heads != self.heads,
+        )  # [1, H, n, d]
+        return att[0].transpose(0, 1).reshape(q.shape[1], self.heads * self.head_dim)
+
+    def _masks(self, start: int, n: int) -> Callable[[int | None], tuple[int, torch.Tensor | None]]:
+        """(first visible position, additive mask) of n new queries at `start`, per window, made once per forward."""
+        masks: dict[int | None, tuple[int, torch.Tensor | None]] = {}
+
+        def of(window: int | None) -> tuple[int, torch.Tensor | None]:
+            if window not in masks:  # earliest position any new query sees, and the mask from there
+                first = 0 if window is None else max(0, start + 1 - window)
+                masks[window] = (first, self._mask(start, n, first, window, self.device, self.dtype))
+            return masks[window]
+
+        return of
 
     @torch.inference_mode()
     def __call__(
@@ -347,24 +367,64 @@ class LlamaForward:
         end = start + n
         cache.reserve(end)
         cos, sin = self._rope_table(end)
-        masks: dict[int | None, tuple[int, torch.Tensor | None]] = {}
+        masks = self._masks(start, n)
 
-        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        def attend(i: int, window: int | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             cache.k[i][:, start:end] = k
             cache.v[i][:, start:end] = v
-
-        def view(i: int, window: int | None):
-            if window not in masks:  # earliest position any new query sees, and the mask from there
-                first = 0 if window is None else max(0, start + 1 - window)
-                masks[window] = (first, self._mask(start, n, first, window, self.device, self.dtype))
-            first, mask = masks[window]
-            return cache.k[i][:, first:end], cache.v[i][:, first:end], mask
+            first, mask = masks(window)
+            return self._attention(q, cache.k[i][:, first:end], cache.v[i][:, first:end], mask)
 
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [n, h]
-        x = self._decoder(x, cos[start:end], sin[start:end], write, view)
+        x = self._decoder(x, cos[start:end], sin[start:end], attend)
         cache.length = end
         last = rms_norm(x[-keep:], self.norm, self.eps)  # [keep, h]
         return self.lm_head(last), (x if hidden else None)
+
+    @torch.inference_mode()
+    def many(
+        self, caches: list[LlamaCache], feeds: list[list[int]], keeps: list[int], hidden: bool = False
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """One forward for several sessions: session j's `feeds[j]` appended to `caches[j]` at its own position.
+
+        Ragged: sessions differ in length, fed tokens and kept rows. Every linear (and the LM head over all
+        kept rows) runs once over the rows of all sessions, which is what a batch saves: the weights are
+        streamed once per step instead of once per session. Attention runs per session over its own cache.
+        Returns, per session, what `__call__` would: logits [keeps[j], V] and, if asked, trunk rows [n_j, h].
+        """
+        if not (len(caches) == len(feeds) == len(keeps)):
+            raise ValueError("many: caches, feeds and keeps must have one entry per session")
+        if len({id(c) for c in caches}) != len(caches):
+            raise ValueError("many: a cache appears twice (one session cannot be in a batch twice)")
+        starts = [c.length for c in caches]
+        ends = [s + len(f) for s, f in zip(starts, feeds, strict=True)]
+        bounds = [0]  # session j's rows are [bounds[j], bounds[j + 1]) of the batch
+        for f in feeds:
+            bounds.append(bounds[-1] + len(f))
+        for c, e in zip(caches, ends, strict=True):
+            c.reserve(e)
+        cos, sin = self._rope_table(max(ends))
+        spans = zip(starts, ends, strict=True)
+        positions = torch.tensor([p for s, e in spans for p in range(s, e)], device=self.device)
+        masks = [self._masks(s, len(f)) for s, f in zip(starts, feeds, strict=True)]
+
+        def attend(i: int, window: int | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = []
+            for j, cache in enumerate(caches):
+                a, b, s, e = bounds[j], bounds[j + 1], starts[j], ends[j]
+                cache.k[i][:, s:e] = k[:, a:b]
+                cache.v[i][:, s:e] = v[:, a:b]
+                first, mask = masks[j](window)
+                out.append(self._attention(q[:, a:b], cache.k[i][:, first:e], cache.v[i][:, first:e], mask))
+            return torch.cat(out)
+
+        x = self.embed[torch.tensor([t for f in feeds for t in f], device=self.device)]  # [rows, h]
+        x = self._decoder(x, cos[positions], sin[positions], attend)
+        for c, e in zip(caches, ends, strict=True):
+            c.length = e
+        kept = [r for j, keep in enumerate(keeps) for r in range(bounds[j + 1] - keep, bounds[j + 1])]
+        logits = self.lm_head(rms_norm(x[kept], self.norm, self.eps)).split(keeps)  # [keep_j, V] each
+        return [(logits[j], x[bounds[j] : bounds[j + 1]] if hidden else None) for j in range(len(caches))]
 
     def static_cache(self, capacity: int) -> LlamaCache:
         """A cache whose buffers hold `capacity` positions from the start and never move (static_step's)."""
@@ -390,12 +450,10 @@ class LlamaForward:
         for window in {layer.window for layer in self.layers} - {None}:
             masks[window] = seen & (behind < window)
 
-        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        def attend(i: int, window: int | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             cache.k[i].index_copy_(1, pos, k)
             cache.v[i].index_copy_(1, pos, v)
+            return self._attention(q, cache.k[i], cache.v[i], masks[window])
 
-        def view(i: int, window: int | None):
-            return cache.k[i], cache.v[i], masks[window]
-
-        x = self._decoder(self.embed[ids], cos, sin, write, view)
+        x = self._decoder(self.embed[ids], cos, sin, attend)
         return self.lm_head(rms_norm(x, self.norm, self.eps))

@@ -1,44 +1,34 @@
-"""A session: one conversation's token history, target KV cache and drafter state.
+"""A session: one conversation's token history, target KV cache and drafter state (state only).
 
 Each turn passes the full token history it wants continued; the session keeps the KV of the
 longest prefix it shares with what it already holds (prefix-cache reuse across an agent's turns)
-and crops the rest, so an extending turn prefills only its new tokens.
+and crops the rest, so an extending turn prefills only its new tokens. Decoding lives in
+engine/decode.py, which is given the session; the session knows nothing of the engine.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from engine.kv import crop_cache
+from engine.drafters import Drafter
+from engine.gamma import GammaPolicy
+from engine.kv import common_prefix, crop_cache
 from engine.stats import GenerationStats
 
-if TYPE_CHECKING:
-    from engine.engine import Engine
-    from engine.speculative import GenerationResult
 
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
+@dataclass
 class Session:
-    """Token history + KV cache of one conversation (batch size 1)."""
+    """Token history + KV cache + drafter state of one conversation."""
 
-    def __init__(self, engine: Engine, seed: int) -> None:
-        self.engine = engine
-        self.history: list[int] = []  # every token so far; the KV holds history[:-1]
-        self.cache = engine.forward.new_cache()
-        self.drafter = engine.new_drafter()
-        self.policy = engine.new_gamma_policy()
-        self.generator = torch.Generator(device=engine.device).manual_seed(seed)
-        self.totals = GenerationStats()  # sum over this session's generations
+    cache: Any  # the target forward's KV cache (LlamaCache, or a DynamicCache on transformers' forward)
+    drafter: Drafter  # this session's drafter instance (its own indexes, draft KV)
+    policy: GammaPolicy  # this session's draft-length policy
+    generator: torch.Generator  # this session's sampling RNG
+    history: list[int] = field(default_factory=list)  # every token so far; the KV holds history[:-1]
+    totals: GenerationStats = field(default_factory=GenerationStats)  # sum over this session's generations
 
     @property
     def kv_length(self) -> int:
@@ -55,14 +45,3 @@ class Session:
         crop_cache(self.cache, reuse)
         self.history = list(prompt)
         return reuse
-
-    def generate(
-        self,
-        prompt: list[int],
-        max_new_tokens: int,
-        stop_tokens: frozenset[int] | None = None,
-    ) -> GenerationResult:
-        """Continue this session with `prompt` (the whole conversation so far, as token ids)."""
-        from engine.speculative import generate
-
-        return generate(self, prompt, max_new_tokens, stop_tokens)

@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
-from engine.kv import grown_capacity
+from engine.kv import common_prefix, grown_capacity
 from engine.sampling import effective_probs, greedy_ids, sample
-from engine.session import common_prefix
 
 
 @dataclass

@@ -154,7 +154,7 @@ def test_shared_state_of_a_combination_resets_the_suffix_index(target):
     session = engine.new_session()
     suffix = next(c for c in session.drafter.children if c.name == "suffix")
     assert suffix._shared is index  # the child reads the engine-wide index
-    session.generate([3, 1, 4, 1, 5, 9, 2, 6], 12)
+    engine.generate([3, 1, 4, 1, 5, 9, 2, 6], 12, session=session)
     assert len(index) > 0, "a finished generation was not added to the engine-wide index"
     engine.reset_drafter_state()
     assert len(index) == 0
@@ -283,7 +283,7 @@ def test_every_child_sees_every_commit(target, module):
     proposals win), so the MTP drafts right away when the n-gram drafter stops matching."""
     engine = Engine(target, EngineConfig(drafter="mtp+ngram", gamma=3), mtp=module)
     session = engine.new_session()
-    session.generate(MATCHING, 6)
+    engine.generate(MATCHING, 6, session=session)
     mtp = next(c for c in session.drafter.children if c.name == "mtp")
     ngram = next(c for c in session.drafter.children if c.name == "ngram")
     assert mtp._known == len(session.history) - 1 and mtp._seen == session.history

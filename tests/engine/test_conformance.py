@@ -117,14 +117,18 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=TARGETS, ids=[f"{a}-{p}" for a, p in TARGETS])
-def target(request):
-    arch, path = request.param
+def build_target(arch: str, path: str) -> LoadedModel:
+    """The float64 random target of `arch` on forward `path` (mixed: the SPLIT plan)."""
     model = random_model(arch, seed=7, forward="torch" if path == "mixed" else path)
     if path == "mixed":
         model._forward = EngineForward(model.model, PathChoice("mixed", "float64", "conformance: SPLIT", SPLIT))
     assert model.forward.choice.path == path
     return model
+
+
+@pytest.fixture(scope="module", params=TARGETS, ids=[f"{a}-{p}" for a, p in TARGETS])
+def target(request):
+    return build_target(*request.param)
 
 
 def is_sliding(target) -> bool:
@@ -173,7 +177,7 @@ def test_greedy_equals_plain(target, reference, case, gamma):
     engine = make_engine(target, case, gamma)
     for prompt, ref in zip(PROMPTS, reference, strict=True):
         session = engine.new_session()
-        result = session.generate(prompt, MAX_NEW)
+        result = engine.generate(prompt, MAX_NEW, session=session)
         assert result.tokens == ref, f"{case} gamma={gamma} diverged from plain greedy"
         assert_identities(result.stats)
         assert_kv_matches_fresh(target, session)
@@ -196,7 +200,7 @@ def test_stop_token_and_max_token_edges(target, reference, case):
     assert_identities(result.stats)
     for limit in (1, 2, 5, 17):
         session = engine.new_session()
-        result = session.generate(prompt, limit)
+        result = engine.generate(prompt, limit, session=session)
         assert result.tokens == ref[:limit] and result.finish_reason == "length"
         assert_identities(result.stats)
         assert_kv_matches_fresh(target, session)
@@ -301,7 +305,7 @@ def test_mixed_steps_are_credited_to_each_proposer(target, reference, case):
         session = engine.new_session()
         lookup, model = session.drafter.lookups[0].name, session.drafter.models[0].name
         steps = record_steps(session.drafter)
-        result = session.generate(prompt, MAX_NEW)
+        result = engine.generate(prompt, MAX_NEW, session=session)
         assert result.tokens == ref
         expected = GenerationStats()
         for sources, kept in steps:
@@ -383,11 +387,11 @@ def test_mtp_block_cache_is_rolled_back(target, case):
         return draft
 
     drafter.propose = spy
-    session.generate(PROMPTS[0], MAX_NEW)
+    engine.generate(PROMPTS[0], MAX_NEW, session=session)
     assert_mtp_state_matches(snapshots, target, module, session.history)
     snapshots.clear()
     diverged = [*session.history[: len(PROMPTS[0]) + 9], *PROMPTS[1]]  # keeps 9 generated tokens, then new ones
-    session.generate(diverged, MAX_NEW)
+    engine.generate(diverged, MAX_NEW, session=session)
     assert_mtp_state_matches(snapshots, target, module, session.history)
     share = session.totals.per_drafter["mtp"]
     assert 0 < share["accepted"] < share["drafted"], f"MTP drafts must be both accepted and rejected: {share}"
@@ -411,7 +415,7 @@ def test_prefix_reuse_changes_no_output(target, case, diverge, temperature):
     history, or diverges from it after 6 of its generated tokens (the drafter state is rolled back)."""
     engine = make_engine(target, case, gamma=4, temperature=temperature, seed=5)
     warm = engine.new_session()
-    warm.generate(PROMPTS[1], 20)
+    engine.generate(PROMPTS[1], 20, session=warm)
     kept = warm.history[: len(PROMPTS[1]) + 6] if diverge else warm.history
     second = [*kept, 70, 71, 72, 7, 8]
     cold = engine.new_session()
@@ -427,7 +431,7 @@ def test_prefix_reuse_changes_no_output(target, case, diverge, temperature):
 
         session.drafter.propose = spy
         session.generator.manual_seed(99)
-        results.append(session.generate(second, MAX_NEW))
+        results.append(engine.generate(second, MAX_NEW, session=session))
         drafts.append(proposed)
         assert_kv_matches_fresh(target, session)
     (w, c), (wd, cd) = results, drafts

@@ -75,11 +75,12 @@ def test_counter_adds_across_turns_and_drafting_resumes_below_the_limit(pairs):
     target, draft = pairs["agreeing_gpt2"]
     engine = Engine(target, EngineConfig(drafter="draft_model", gamma=4), draft=draft)
     session = engine.new_session()
-    first = session.generate(PROMPT, NEW)
+    first = engine.generate(PROMPT, NEW, session=session)
     assert first.stats.draft_limit_steps > 0
-    second = session.generate(PROMPT[:5], 6)  # a diverging turn, far below the draft's limit
+    second = engine.generate(PROMPT[:5], 6, session=session)  # a diverging turn, far below the draft's limit
     assert second.stats.draft_limit_steps == 0 and second.stats.drafts > 0
-    third = session.generate([*session.history, *range(3, 15)], 8)  # 23 tokens: runs past the limit again
+    # 23 tokens: runs past the limit again
+    third = engine.generate([*session.history, *range(3, 15)], 8, session=session)
     assert third.stats.draft_limit_steps > 0
     total = sum((r.stats for r in (first, second, third)), start=GenerationStats())
     assert session.totals.draft_limit_steps == total.draft_limit_steps

@@ -196,7 +196,7 @@ def test_greedy_speculation_on_a_mixed_path_equals_plain_decoding_and_the_kv_equ
     off = Engine(target, EngineConfig(drafter="none")).generate(PROMPT, 40, stop_tokens=frozenset())
     engine = Engine(target, EngineConfig(drafter=drafter, gamma=4, options=options), **extra)
     session = engine.new_session()
-    on = session.generate(PROMPT, 40, stop_tokens=frozenset())
+    on = engine.generate(PROMPT, 40, stop_tokens=frozenset(), session=session)
     assert on.tokens == off.tokens, f"{drafter} on a mixed path diverged from plain decoding"
     assert on.stats.accepted > 0 and on.stats.accepted < on.stats.drafted  # both branches of the rollback
     fresh = target.forward.new_cache()

@@ -139,7 +139,7 @@ def test_kv_bytes_equal_engine_caches(shapes: dict[str, ModelShape], dtype: str)
     draft = load_model(str(DRAFT), device="cpu", dtype=dtype)
     engine = Engine(target, EngineConfig(drafter="draft_model", gamma=4), draft=draft)
     session = engine.new_session()
-    result = session.generate(PROMPT, NEW, stop_tokens=frozenset())  # no early stop: a known length
+    result = engine.generate(PROMPT, NEW, stop_tokens=frozenset(), session=session)  # no early stop: a known length
     assert result.stats.new_tokens == NEW and result.stats.drafted > 0
     # The drafter keeps its own cache; engine/drafters/draft_model.py names it _cache.
     for name, cache in (("target", session.cache), ("draft", session.drafter._cache)):
@@ -366,7 +366,7 @@ def test_estimate_bounds_cuda_peak(shapes: dict[str, ModelShape]) -> None:
     assert runtime >= 0
     session = engine.new_session()
     torch.cuda.reset_peak_memory_stats(device)
-    session.generate(PROMPT, NEW, stop_tokens=frozenset())
+    engine.generate(PROMPT, NEW, stop_tokens=frozenset(), session=session)
     peak = torch.cuda.max_memory_allocated(device) - base
     caches = {"target": session.cache, "draft": session.drafter._cache}  # the drafter's own cache
     held = sum(held_bytes(c) for c in caches.values())
@@ -405,7 +405,7 @@ def test_mtp_and_layer_skip_terms_count_what_the_drafters_allocate():
 
     engine = Engine(target, EngineConfig(drafter="mtp", gamma=3), mtp=module)
     session = engine.new_session()
-    session.generate(PROMPT * 3, 20)
+    engine.generate(PROMPT * 3, 20, session=session)
     drafter = session.drafter
     assert isinstance(drafter, MtpDrafter)
     positions = drafter._cache.k.shape[1]  # the block cache's reservation (the hidden buffer grows alike)

@@ -157,10 +157,11 @@ def mtp_module(models):
 def warm_draws(engine: Engine, stats: list[GenerationStats]):
     """(x1, x2) draws from one warm session (see the module docstring); each generation's stats go to `stats`."""
     session = engine.new_session()
-    session.generate(PROMPT[:-1], 1, stop_tokens=frozenset())  # the target's hidden states of PROMPT[:-1]
+    # the target's hidden states of PROMPT[:-1]
+    engine.generate(PROMPT[:-1], 1, stop_tokens=frozenset(), session=session)
 
     def draw() -> list[int]:
-        result = session.generate(PROMPT, 3, stop_tokens=frozenset())
+        result = engine.generate(PROMPT, 3, stop_tokens=frozenset(), session=session)
         stats.append(result.stats)
         return result.tokens[:2]
 

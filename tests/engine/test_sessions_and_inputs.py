@@ -33,15 +33,15 @@ def test_second_turn_prefills_only_new_tokens_and_matches_cold_session(target, d
     engine = Engine(target, EngineConfig(drafter=drafter, gamma=3), draft=draft)
     session = engine.new_session()
     turn1 = [3, 9, 27, 81, 3, 9, 27]
-    out1 = session.generate(turn1, 12).tokens
+    out1 = engine.generate(turn1, 12, session=session).tokens
     user2 = [44, 45, 46, 3, 9]
     turn2 = turn1 + out1 + user2
-    warm = session.generate(turn2, 12)
+    warm = engine.generate(turn2, 12, session=session)
     # Everything up to the previous turn's last token is reused; that token was emitted but never
     # fed back, so the target computes it now along with the new tokens.
     assert warm.stats.reused_tokens == len(turn1) + len(out1) - 1
     assert warm.stats.prefilled_tokens == len(user2) + 1
-    cold = engine.new_session().generate(turn2, 12)
+    cold = engine.generate(turn2, 12, session=engine.new_session())
     assert cold.stats.reused_tokens == 0 and cold.stats.prefilled_tokens == len(turn2)
     assert warm.tokens == cold.tokens, "prefix reuse changed the output"
 
@@ -50,12 +50,12 @@ def test_diverging_prompt_crops_to_common_prefix(target):
     engine = Engine(target, EngineConfig(drafter="ngram"))
     session = engine.new_session()
     first = [7, 8, 9, 10, 11, 12, 13]
-    session.generate(first, 5)
+    engine.generate(first, 5, session=session)
     edited = [7, 8, 9, 90, 91]  # diverges after 3 tokens
-    warm = session.generate(edited, 10)
+    warm = engine.generate(edited, 10, session=session)
     assert warm.stats.reused_tokens == 3 and warm.stats.prefilled_tokens == 2
     assert session.kv_length == len(session.history) - 1
-    assert warm.tokens == engine.new_session().generate(edited, 10).tokens
+    assert warm.tokens == engine.generate(edited, 10, session=engine.new_session()).tokens
 
 
 def uncached_greedy(model, prompt: list[int], n: int) -> list[int]:
@@ -76,21 +76,21 @@ def test_diverging_turn_past_the_sliding_window_reuses_the_prefix(arch, drafter)
     engine = Engine(target, EngineConfig(drafter=drafter, gamma=3), draft=draft)
     session = engine.new_session()
     first = [3, 9, 27, 81, 3, 9, 27, 81, 5, 6, 7, 8, 5, 6, 7, 8, 12]
-    out = session.generate(first, 16).tokens
+    out = engine.generate(first, 16, session=session).tokens
     keep = len(first) + 10  # the edit lands 10 tokens into the reply, 19 past the window
     edited = [*first, *out[:10], (out[10] + 1) % 96, 45, 46]
-    warm = session.generate(edited, 16)
+    warm = engine.generate(edited, 16, session=session)
     assert warm.stats.reused_tokens == keep and warm.stats.prefilled_tokens == 3
     assert session.kv_length == len(session.history) - 1
-    cold = engine.new_session().generate(edited, 16)
+    cold = engine.generate(edited, 16, session=engine.new_session())
     assert warm.tokens == cold.tokens == uncached_greedy(target.model, edited, 16)
 
 
 def test_totals_sum_turns(target):
     engine = Engine(target, EngineConfig(drafter="ngram"))
     session = engine.new_session()
-    a = session.generate([1, 2, 3, 1, 2, 3], 10)
-    b = session.generate([*session.history, 4, 5], 10)
+    a = engine.generate([1, 2, 3, 1, 2, 3], 10, session=session)
+    b = engine.generate([*session.history, 4, 5], 10, session=session)
     total = session.totals
     assert total.new_tokens == a.stats.new_tokens + b.stats.new_tokens
     assert total.prompt_tokens == total.reused_tokens + total.prefilled_tokens
@@ -232,7 +232,7 @@ def test_cli_json_and_errors(tiny_files):
     cmd = [
         sys.executable,
         "-m",
-        "engine.generate",
+        "engine",
         "--model",
         str(tgt),
         "--draft",

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.generate import main as generate_main
+from engine.__main__ import main as generate_main
 from engine.loading import ModelFileError, load_model
 from tasks.suites import SWE_LITE_DIR, SuiteFileError, load_suite
 
@@ -106,7 +106,7 @@ def test_generate_exits_2_with_one_line(tiny_dir, tmp_path, kind, capfd):
 
 def test_generate_cli_exits_2_for_truncated_weights(tiny_dir, tmp_path):
     folder = _broken(tiny_dir, tmp_path, "truncated-weights")
-    _one_line_error(_cli("engine.generate", "--model", str(folder), "--prompt", "hi"), "model.safetensors")
+    _one_line_error(_cli("engine", "--model", str(folder), "--prompt", "hi"), "model.safetensors")
 
 
 # Both runner CLIs load models through the same code as load_model above (every kind tested there);

@@ -1,6 +1,6 @@
 """Command line: generate from one prompt with one speculative configuration.
 
-    python -m engine.generate --model DIR [--draft DIR] [--drafter NAME] [--gamma N] ... --prompt TEXT
+    python -m engine --model DIR [--draft DIR] [--drafter NAME] [--gamma N] ... --prompt TEXT
 
 The prompt is encoded raw, as transformers' `generate` would take it (`--chat` applies the chat
 template). Prints the text, or with --json one object with `text`, `tokens` and `stats`.
@@ -25,7 +25,7 @@ from engine.options import parse_option_pairs
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    p = argparse.ArgumentParser(prog="python -m engine.generate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m engine", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="target model: local folder (or a cached hub id)")
     p.add_argument("--draft", help="draft model folder (drafter draft_model); must share the tokenizer")
     p.add_argument("--mtp", help="MTP module folder (drafter mtp, mtp+ngram); python -m training.mtp trains one")

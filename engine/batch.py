@@ -1,0 +1,64 @@
+"""Several sessions decoded together: each step drafts for every session, then verifies all in one forward.
+
+Continuous batching: a decoding may join before any step and leaves when it finishes, so sessions at
+different positions, with different draft lengths (or no draft this step), share every target forward.
+Each session keeps its own KV cache, drafter state, draft-length policy, RNG and acceptance; the batch
+only gathers their fed tokens into one ragged forward (`forward.many`, engine/llama.py) and hands each its
+own rows. So a session's stream is the one it would make alone wherever the forward's rows do not depend
+on the batch (float64: tested token for token in tests/engine/test_batched_conformance.py); in a model's
+own dtype, batch-dependent rounding can flip a near tie, which the benchmarks count as diverged streams.
+
+Every active decoding advances one step per batch step, so none starves; `max_sessions` bounds how many
+share a step (the rest wait in arrival order, engine/scheduler.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.decode import Decoding, GenerationResult, Runtime
+
+
+class Batch:
+    """The decodings stepped together through one target forward per step."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.active: list[Decoding] = []
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def join(self, decoding: Decoding) -> None:
+        """Add a decoding; it takes part from the next step on."""
+        if any(d.session is decoding.session for d in self.active):
+            raise ValueError("a session already decoding in this batch cannot join it twice")
+        if decoding.done:
+            raise ValueError("a finished decoding cannot join a batch")
+        self.active.append(decoding)
+
+    @torch.inference_mode()
+    def step(self) -> list[Decoding]:
+        """One step for every active decoding (one target forward); returns those that finished and left."""
+        if not self.active:
+            return []
+        active = self.active
+        feeds = [d.draft() for d in active]
+        hidden = any(d.wants_hidden for d in active)
+        rows = self.runtime.forward.many(
+            [d.session.cache for d in active], feeds, [d.keep for d in active], hidden=hidden
+        )
+        for d, (logits, trunk) in zip(active, rows, strict=True):
+            d.accept(logits, trunk if d.wants_hidden else None)
+        self.active = [d for d in active if not d.done]
+        return [d for d in active if d.done]
+
+
+def decode_together(runtime: Runtime, decodings: list[Decoding]) -> list[GenerationResult]:
+    """Run `decodings` to the end in one batch; their results in the given order."""
+    batch = Batch(runtime)
+    for d in decodings:
+        batch.join(d)
+    while batch.active:
+        batch.step()
+    return [d.result() for d in decodings]
