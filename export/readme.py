@@ -109,12 +109,12 @@ def mapping_lines(rows: list[Mapping]) -> list[str]:
     return lines
 
 
-def cost_lines(ratios: dict[str, Any] | None, backend: str = "builtin") -> list[str]:
-    """The cost ratios R and C behind the speedup, and what they mean for another engine."""
+def cost_lines(ratios: dict[str, Any] | None, in_server: bool = False) -> list[str]:
+    """The cost ratios R and C behind the speedup (`in_server`: measured in llama-server), and what they mean."""
     if not ratios:
         return ["spectune recorded no cost ratios for this configuration."]
     r, c = ratios.get("verify_over_step"), ratios.get("draft_over_verify")
-    if backend == "llama-server":
+    if in_server:
         return [
             "Cost ratios measured on llama-server (engine.backend=llama-server) for this configuration:",
             "",
@@ -138,7 +138,7 @@ def render(record: ExportRecord, rows: list[Mapping], folder: Path) -> str:
     """The README text."""
     e = record.engine
     where = "measured on CPU" if record.measured_on == "cpu" else f"measured on {record.measured_on.upper()}"
-    if e.backend == "llama-server":
+    if llama_server.measured_in_server(e):
         where += " in a real llama-server running exactly the flags of llama-server.args (engine.backend=llama-server)"
     draft = f", draft `{record.draft}`" if record.draft else ""
     options = ", ".join(f"{k}={v}" for k, v in sorted(e.options.items())) or "defaults"
@@ -178,7 +178,7 @@ def render(record: ExportRecord, rows: list[Mapping], folder: Path) -> str:
         "",
         TRANSFERS,
         "",
-        *cost_lines(record.cost_ratios, record.engine.backend),
+        *cost_lines(record.cost_ratios, llama_server.measured_in_server(record.engine)),
         "",
         TOKENS,
     ]

@@ -87,7 +87,7 @@ class Comparison:
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
         reference = candidate if candidate is not None else (workload.plain or EngineConfig())
         self.seed = reference.seed
-        # Each side's decoder (runners/backends.py): the built-in engine, or a llama-server started on first use.
+        # Each side's decoder (runners/backends/): the built-in engine, or a llama-server started on first use.
         self.baseline_engine: Backend | None = None
         if baseline is None:
             self.baseline_engine = make_backend(baseline_config(reference), workload.models, workload.server)
@@ -125,7 +125,7 @@ class Comparison:
             self.close()
 
     def describe(self) -> dict[str, Any]:
-        """What decodes each side (runners/backends.py), for the summary."""
+        """What decodes each side (runners/backends/), for the summary."""
         return {name: backend.describe() for name, backend in self.sides().items()}
 
     def sides(self) -> dict[str, Backend]:

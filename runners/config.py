@@ -20,10 +20,9 @@ from engine.drafters import DRAFTERS, drafter_needs, is_known_drafter
 from engine.engine import EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
+from runners.backends import backend_class
 from serving.gguf import TYPES as GGUF_TYPES
 from tasks.suites import SUBSETS
-
-BACKENDS = ("builtin", "llama-server")  # EngineConfig.backend (runners/backends.py builds each)
 
 GIB = 1 << 30
 
@@ -188,7 +187,7 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
     _choice(cfg.model.forward, list(PATHS), "model.forward")
-    _choice(cfg.engine.backend, list(BACKENDS), "engine.backend")
+    backend_class(cfg.engine.backend)  # names the allowed backends when it is not one
     _choice(cfg.server.gguf_type, list(GGUF_TYPES), "server.gguf_type")
     if not is_known_drafter(cfg.engine.drafter):
         _choice(cfg.engine.drafter, [*sorted(DRAFTERS), "A+B (e.g. mtp+ngram)"], "engine.drafter")

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from runners.backends import BACKENDS
 from runners.outcomes import TaskOutcome
 
 FILE_WIDTH = 150  # columns of tables written into a file or pipe (rich would squeeze them to 80)
@@ -60,6 +61,15 @@ def _cell(side: dict[str, Any], label: str, key: str | None, fmt) -> str:
     return fmt(side.get(key))
 
 
+def _peak_memory_label(summary: dict[str, Any]) -> str | None:
+    """The peak-memory row's label when a side's backend measures something other than the engine does (else None)."""
+    for described in (summary.get("backend") or {}).values():
+        kind = BACKENDS.get(described.get("backend"))  # .get: a summary from another version may name others
+        if kind is not None and kind.peak_memory_label:
+            return kind.peak_memory_label
+    return None
+
+
 def summary_table(summary: dict[str, Any], title: str) -> Table:
     """Metrics as rows, OFF and ON as columns, quality comparison at the bottom."""
     table = Table(title=title, title_justify="left")
@@ -67,9 +77,9 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     table.add_column("OFF (drafter none)", justify="right")
     table.add_column("ON (candidate)", justify="right")
     base, cand = summary["baseline"], summary["candidate"]
-    on_server = any(b.get("backend") == "llama-server" for b in (summary.get("backend") or {}).values())
+    memory_label = _peak_memory_label(summary)
     for label, key, fmt in ROWS:
-        shown = "peak memory (llama-server's resident set)" if on_server and key == "peak_memory_bytes" else label
+        shown = memory_label if memory_label and key == "peak_memory_bytes" else label
         table.add_row(shown, _cell(base, label, key, fmt), _cell(cand, label, key, fmt))
     if cand.get("unsupported"):
         table.add_row("unsupported because", "", cand["unsupported"])

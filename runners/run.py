@@ -23,6 +23,7 @@ from rich.console import Console
 
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
+from runners.backends import backend_class
 from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.config import GIB, check_config, register_configs
@@ -34,7 +35,6 @@ from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import summary_table, table_console
 from runners.runfolder import plan, record_until_stopped
-from runners.server_setup import server_settings
 from runners.summary import summarize
 from runners.tracking import make_tracker
 from runners.workload import Workload
@@ -87,11 +87,10 @@ def prepare(
         cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward, mtp=mtp
     )
     out_dir = Path(cfg.run.root) / cfg.run.name
-    server = None
-    if (candidate or plain or EngineConfig()).backend == "llama-server":
-        needs = drafter_needs(candidate.drafter) if candidate is not None else None
-        wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
-        server = server_settings(cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp)
+    backend = backend_class((candidate or plain or EngineConfig()).backend)
+    needs = drafter_needs(candidate.drafter) if candidate is not None else None
+    wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
+    server = backend.settings_from(cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp)
     workload = Workload.from_config(cfg, models, instances, environment, plain=plain, server=server)
     return instances, models, out_dir, Comparison(workload, candidate, out_dir)
 
@@ -146,8 +145,9 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             f"(drafter={cfg.engine.drafter}, gamma={cfg.engine.gamma}, acceptance={cfg.engine.acceptance}) -> {out_dir}"
         )
         for side, described in comparison.describe().items():
-            if described["backend"] == "llama-server":
-                console.print(f"{side} on llama-server {described['binary']}: {' '.join(described['args'])}")
+            line = backend_class(described["backend"]).announce(described)
+            if line:
+                console.print(f"{side} {line}")
         if outcomes:
             console.print(f"resuming: {len(outcomes)} of {total} task run(s) already finished, running the rest")
         record_until_stopped(comparison, stop, out_dir, outcomes, cfg.run.progress, console)

@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from engine.engine import Engine, EngineConfig
 from export.fit import fits
+from runners.backends import backend_class
 from runners.compare import Comparison
 from runners.interrupt import GracefulStop, until_stopped
 from runners.outcomes import SideRun, TaskOutcome
@@ -403,7 +404,7 @@ class Objective:
     def _measured_peak(self, config: EngineConfig, side: dict[str, Any]) -> int | None:
         """On CUDA the engine's measured peak, on llama-server its process's peak resident memory; else None
         (the memory model's estimate stands)."""
-        measured = self.setup.memory.measured_on_cuda or config.backend == "llama-server"
+        measured = self.setup.memory.measured_on_cuda or backend_class(config.backend).measures_memory
         return int(side["peak_memory_bytes"]) if measured and side["peak_memory_bytes"] else None
 
     def _record_side(

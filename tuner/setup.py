@@ -18,10 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export.fit import server_names
-from runners.backends import ServerSettings
+from runners.backends import ServerSettings, backend_class
 from runners.config import check_config
 from runners.models import load_models
-from runners.server_setup import server_settings
 from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.schema import Instance
@@ -214,10 +213,9 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         forward=cfg.model.forward,
         mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
     )
-    server = None
-    if base.backend == "llama-server":
-        wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
-        server = server_settings(cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp)
+    backend = backend_class(base.backend)
+    wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
+    server = backend.settings_from(cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp)
     workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
     fingerprint: dict[str, Any] = {
         "tasks": [i.instance_id for i in instances],
@@ -225,7 +223,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         "space": OmegaConf.to_container(cfg.space, resolve=True),
         "model": cfg.model.target,
     }
-    if base.backend != "builtin":  # builtin studies made before backends existed keep their fingerprint
+    if backend.fingerprinted:  # builtin studies made before backends existed keep their fingerprint
         fingerprint["backend"] = base.backend
     if serve:
         fingerprint["serve"] = list(serve)

@@ -32,6 +32,7 @@ from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
 from engine.options import option_names
 from export.fit import server_fit
+from runners.backends import backend_class
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
 # Drafters whose proposals come from a model; only they (or a combination with one) may use `confidence`.
@@ -136,9 +137,11 @@ def load_space(
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
     A drafter that needs a draft model or MTP weights the model config does not have is left out (with
-    the reason kept in `left_out`); so is, on `backend="llama-server"`, one llama-server cannot run, and with
-    `serve` (tuner.serve: server names) one that none of those servers can run (export/fit.py).
+    the reason kept in `left_out`); so is, on a backend that runs a server's exported flags
+    (`backend="llama-server"`), one that server cannot run, and with `serve` (tuner.serve: server names)
+    one that none of those servers can run (export/fit.py).
     """
+    kind = backend_class(backend)
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     drafters_node = dict(data.get("drafters") or {})
     candidates = [*sorted(set(DRAFTERS) - {BASELINE}), f"A+B of them (e.g. {', '.join(COMBINED_EXAMPLES)})"]
@@ -152,8 +155,8 @@ def load_space(
         knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in _knob_nodes(knobs_node).items()}
         _check_drafter(name, knobs)
         why = _missing(name, has_draft=has_draft, has_mtp=has_mtp)
-        if why is None and backend == "llama-server":
-            why = _not_served(name, ("llama-server",))
+        if why is None and kind.export_target:
+            why = _not_served(name, (kind.export_target,))
         if why is None and serve:
             why = _not_served(name, serve)
         if why:
@@ -163,9 +166,9 @@ def load_space(
     if not drafters:
         why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "drafters is empty"
         raise ValueError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
-    if backend == "llama-server" and data.get("allow_lossy"):
+    if kind.lossless_only and data.get("allow_lossy"):
         raise ValueError(
-            "space.allow_lossy=true with engine.backend=llama-server: llama-server verifies losslessly only; "
+            f"space.allow_lossy=true with engine.backend={backend}: {backend} verifies losslessly only; "
             "set space.allow_lossy=false"
         )
     if serve and data.get("allow_lossy"):

@@ -1,11 +1,10 @@
-"""What decodes one side of a comparison: spectune's engine (`engine.backend=builtin`) or a real llama-server.
+"""`engine.backend=llama-server`: a real llama-server started with the configuration's exported flags.
 
-A backend turns one `EngineConfig` into agent models, one per task. `builtin` is `Engine` + `EngineModel`.
-`llama-server` starts the pinned llama-server (serving/) on the GGUF copies of the same weights, with
-exactly the flags the llama-server exporter writes for that configuration (export/llama_server.py),
-so what is measured is what gets exported; OFF is the same server with `--spec-type none`. A configuration
-llama-server cannot run as given (mtp, layer_skip, a lossy rule, a combination it would run only half of)
-is unsupported, with the exporter's reason. A server starts on first use and stops in `close()`.
+It starts the pinned llama-server (serving/) on the GGUF copies of the same weights, with exactly the flags
+the llama-server exporter writes for that configuration (export/llama_server.py), so what is measured is
+what gets exported; OFF is the same server with `--spec-type none`. A configuration llama-server cannot run
+as given (mtp, layer_skip, a lossy rule, a combination it would run only half of) is unsupported, with the
+exporter's reason. A server starts on first use and stops in `close()`.
 """
 
 from __future__ import annotations
@@ -13,76 +12,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
-from agents.engine_model import EngineModel
 from agents.model import AgentModel
 from agents.server_model import ServerModel
-from engine.engine import Engine, EngineConfig
+from engine.engine import EngineConfig
 from engine.kv import position_limit
-from runners.config import BACKENDS
+from export import llama_server as exporter
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
 
 # llama-server kinds whose drafter keeps state across requests (ngram-mod's shared hash pool): a repeat
 # starts from a fresh server, as the built-in engine's repeats start from an empty suffix index.
 _CROSS_REQUEST_STATE = ("ngram-mod", "ngram-cache")
-
-
-class Backend(Protocol):
-    """One side's decoder: agent models for tasks, warm-up, drafter reset, clean shutdown."""
-
-    config: EngineConfig
-    lossy: bool
-
-    def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
-        """The model the agent talks to for one task (sampling seeded with `seed`)."""
-        ...
-
-    def warm_up(self, prompt: list[int]) -> None:
-        """One short untimed generation (first-call allocations), leaving no drafter state behind."""
-        ...
-
-    def reset(self) -> None:
-        """Forget what the drafter learned across tasks (a repeat starts from the same state)."""
-        ...
-
-    def close(self) -> None:
-        """Release what the backend started (a server process)."""
-        ...
-
-    def describe(self) -> dict[str, Any]:
-        """What decodes this side, for the summary (backend name; a server's binary, weights and argv)."""
-        ...
-
-
-class EngineBackend:
-    """spectune's own engine."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.config = engine.config
-        self.lossy = engine.lossy
-
-    def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
-        """An EngineModel: one engine session per task."""
-        return EngineModel(self.engine, tokenizer, name, seed=seed)
-
-    def warm_up(self, prompt: list[int]) -> None:
-        """Generate 16 tokens, then forget them (the suffix drafter must learn nothing from the warm-up)."""
-        self.engine.generate(prompt, 16)
-        self.engine.reset_drafter_state()
-
-    def reset(self) -> None:
-        """Empty engine-wide drafter state (suffix index)."""
-        self.engine.reset_drafter_state()
-
-    def close(self) -> None:
-        """Nothing to stop."""
-
-    def describe(self) -> dict[str, Any]:
-        """The backend's name (the numeric path is in the run's provenance)."""
-        return {"backend": "builtin"}
 
 
 @dataclass
@@ -102,10 +44,15 @@ class ServerSettings:
 class ServerBackend:
     """A llama-server started with the configuration's exported flags."""
 
-    def __init__(self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int]) -> None:
-        from export.llama_server import argv, not_runnable, speculation
+    name: ClassVar[str] = exporter.BACKEND  # one spelling, shared with the exporter that writes its flags
+    lossless_only: ClassVar[bool] = True  # llama-server has no lossy acceptance rule
+    measures_memory: ClassVar[bool] = True  # the server process's peak resident set, on any device
+    peak_memory_label: ClassVar[str | None] = "peak memory (llama-server's resident set)"
+    export_target: ClassVar[str | None] = exporter.TARGET
+    fingerprinted: ClassVar[bool] = True
 
-        reason = not_runnable(config)
+    def __init__(self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int]) -> None:
+        reason = self.not_runnable(config)
         if reason:
             raise ValueError(f"llama-server cannot run this configuration: {reason}")
         if config.drafter == "draft_model" and settings.draft_gguf is None:
@@ -116,10 +63,35 @@ class ServerBackend:
         self.settings = settings
         self.stop_tokens = stop_tokens
         self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
-        flags, _ = speculation(config, str(settings.draft_gguf) if settings.draft_gguf else None)
-        self.args = [*argv(flags), "-np", "1"]
+        flags, _ = exporter.speculation(config, str(settings.draft_gguf) if settings.draft_gguf else None)
+        self.args = [*exporter.argv(flags), "-np", "1"]
         self.server: LlamaServer | None = None
         self._starts = 0
+
+    @classmethod
+    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool) -> ServerSettings:
+        """The binary found and the weights as GGUF, from cfg.server (runners.server_setup)."""
+        # Imported here: runners.server_setup imports ServerSettings from this package.
+        from runners.server_setup import server_settings
+
+        return server_settings(cfg, models, log_dir, draft=draft, mtp=mtp)
+
+    @classmethod
+    def not_runnable(cls, config: EngineConfig) -> str | None:
+        """The exporter's reason llama-server cannot run `config` (a drafter or rule it lacks), else None."""
+        return exporter.not_runnable(config)
+
+    @classmethod
+    def create(cls, config: EngineConfig, models: Any, server: ServerSettings | None) -> ServerBackend:
+        """A backend whose server starts on first use; ValueError without settings or for a config it cannot run."""
+        if server is None:
+            raise ValueError(f"engine.backend={cls.name} needs the server settings (runners.server_setup)")
+        return cls(config, server, frozenset(models.target.eos_token_ids))
+
+    @classmethod
+    def announce(cls, described: dict[str, Any]) -> str | None:
+        """The binary and the flags the side's server runs with."""
+        return f"on {cls.name} {described['binary']}: {' '.join(described['args'])}"
 
     @property
     def model_file(self) -> Path:
@@ -187,7 +159,7 @@ class ServerBackend:
         """The binary, the GGUF files and the flags this side's server runs with."""
         s = self.settings
         return {
-            "backend": "llama-server",
+            "backend": self.name,
             "binary": s.binary.describe(),
             "target_gguf": str(self.model_file),
             "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
@@ -202,21 +174,3 @@ def context_of(models_target: Any, requested: int | None) -> int:
     if requested:
         return int(requested)
     return position_limit(models_target.model) or 4096
-
-
-def make_backend(
-    config: EngineConfig,
-    models: Any,
-    server: ServerSettings | None = None,
-) -> Backend:
-    """The backend `config.backend` names, on the loaded `models` (runners.models.Models).
-
-    ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
-    """
-    if config.backend == "builtin":
-        return EngineBackend(Engine(models.target, config, draft=models.draft, mtp=models.mtp))
-    if config.backend == "llama-server":
-        if server is None:
-            raise ValueError("engine.backend=llama-server needs the server settings (runners.server_setup)")
-        return ServerBackend(config, server, frozenset(models.target.eos_token_ids))
-    raise ValueError(f"engine.backend={config.backend!r} is not allowed; choose one of: {', '.join(BACKENDS)}")

@@ -1,0 +1,45 @@
+"""What decodes one side of a comparison: the backends by their `engine.backend` name.
+
+A backend turns one `EngineConfig` into agent models, one per task: `builtin` is spectune's engine
+(builtin.py), `llama-server` a real llama-server running the configuration's exported flags
+(llama_server.py). Callers look a class up here and read its hooks (base.py) instead of comparing names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.engine import EngineConfig
+from runners.backends.base import Backend
+from runners.backends.builtin import EngineBackend
+from runners.backends.llama_server import ServerBackend, ServerSettings, context_of
+
+# engine.backend -> its class; the only list of backend names (runners.config checks engine.backend here).
+BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (EngineBackend, ServerBackend)}
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "EngineBackend",
+    "ServerBackend",
+    "ServerSettings",
+    "backend_class",
+    "context_of",
+    "make_backend",
+]
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The backend class `engine.backend=name` selects; ValueError naming the allowed ones."""
+    try:
+        return BACKENDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
+
+
+def make_backend(config: EngineConfig, models: Any, server: ServerSettings | None = None) -> Backend:
+    """The backend `config.backend` names, on the loaded `models` (runners.models.Models).
+
+    ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
+    """
+    return backend_class(config.backend).create(config, models, server)
