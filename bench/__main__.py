@@ -104,7 +104,30 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
     _tuner_parser(sub)
     _crossengine_parser(sub)
+    _batch_parser(sub)
     return parser
+
+
+def _batch_parser(sub: Any) -> None:
+    from bench.batch import DRAFTERS, SIZES
+
+    bat = sub.add_parser(
+        "batch",
+        help="the engine's aggregate decode tokens/s with N sessions verified together, OFF and each drafter",
+        description="N sessions decoded together, every step one batched target forward: aggregate tokens/s per N "
+        "and drafter, ON/OFF at each N, scaling over one session, streams against each prompt decoded alone.",
+    )
+    bat.add_argument("--model-dir", default="models/spectune-tiny", help="folder with target/ (draft/, mtp/)")
+    bat.add_argument(
+        "--sessions", default=",".join(map(str, SIZES)), help="comma list of batch sizes (default 1,2,4,8)"
+    )
+    bat.add_argument("--drafters", default=",".join(DRAFTERS), help=f"comma list from {', '.join(DRAFTERS)}")
+    bat.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
+    bat.add_argument("--max-new-tokens", type=_positive, default=64, help="new tokens per session (default 64)")
+    bat.add_argument("--repeats", type=_positive, default=3, help="timed passes over every case (default 3)")
+    bat.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (default 1)")
+    bat.add_argument("--forward", choices=PATHS, default="auto", help="numeric path (default auto)")
+    bat.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
 def _crossengine_parser(sub: Any) -> None:
@@ -195,8 +218,37 @@ def main(argv: list[str] | None = None) -> int:
         return _tuner(parser, args)
     if args.benchmark == "crossengine":
         return _crossengine(args)
+    if args.benchmark == "batch":
+        return _batch(parser, args)
     parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
     return 2
+
+
+def _batch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import torch
+
+    from bench.batch import DRAFTERS, BatchSetup, render, run_batch_bench
+
+    try:
+        sizes = tuple(sorted({int(x) for x in args.sessions.split(",") if x.strip()}))
+    except ValueError:
+        parser.error(f"--sessions takes a comma list of integers, got {args.sessions!r}")
+    drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
+    unknown = [d for d in drafters if d not in DRAFTERS]
+    if unknown or not sizes or min(sizes) < 1:
+        parser.error(f"--drafters from {', '.join(DRAFTERS)} and --sessions >= 1 (got {args.drafters!r}, {sizes})")
+    torch.set_num_threads(args.threads)
+    setup = BatchSetup(args.model_dir, sizes, drafters, args.gamma, args.max_new_tokens, args.repeats, args.forward)
+    try:
+        report = run_batch_bench(setup, progress=not args.json)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report))
+    else:
+        render(report)
+    return 0
 
 
 def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
