@@ -3,7 +3,8 @@
 Each turn's prompt extends the previous turn's ids, so the session reuses the KV of the whole
 history and prefills only what is new (the observation and the next header). The session's seed
 is the given `seed`, or else derived from the engine's seed and the instance id, so a sampled task
-replays the same way whatever ran before it.
+replays the same way whatever ran before it. With a `Scheduler` (several agents at once) each turn is
+decoded in one batch with the other agents' turns (engine/scheduler.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from agents.model import ModelReply
 from engine.engine import Engine
+from engine.scheduler import Scheduler
 from engine.session import Session
 
 
@@ -28,8 +30,10 @@ class EngineModel:
         *,
         seed: int | None = None,
         stop_tokens: frozenset[int] | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.engine = engine
+        self.scheduler = scheduler  # set: turns are batched with other agents' (several agents at once)
         self.tokenizer = tokenizer
         self.name = name
         self.seed = seed  # sampling seed of every task's session; None: engine seed + crc32(instance id)
@@ -58,7 +62,11 @@ class EngineModel:
         if self.session is None:
             raise RuntimeError("EngineModel.reply called outside a task: call begin(instance_id) first")
         t0 = time.perf_counter()
-        result = self.engine.generate(prompt_ids, max_new_tokens, session=self.session, stop_tokens=self.stop_tokens)
+        if self.scheduler is not None:
+            result = self.scheduler.generate(prompt_ids, max_new_tokens, self.session, self.stop_tokens)
+        else:
+            stop = self.stop_tokens
+            result = self.engine.generate(prompt_ids, max_new_tokens, session=self.session, stop_tokens=stop)
         wall = time.perf_counter() - t0
         body = result.tokens[:-1] if result.finish_reason == "eos" else result.tokens
         text = self.tokenizer.decode(body, skip_special_tokens=True, clean_up_tokenization_spaces=False)

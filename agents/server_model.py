@@ -10,6 +10,7 @@ counts. Statistics come from the server's own figures (serving/stats.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agents.model import ModelReply
@@ -20,7 +21,7 @@ STEP_WAIT_S = 5.0  # how long the server's log may lag behind its reply
 
 
 class ServerModel:
-    """Generates each turn through one llama-server (one slot), greedy or with the given sampling."""
+    """Generates each turn through one slot of a llama-server, greedy or with the given sampling."""
 
     def __init__(
         self,
@@ -35,6 +36,9 @@ class ServerModel:
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 0,
+        slot: int = 0,
+        shared: bool = False,
+        release: Callable[[], None] | None = None,
     ) -> None:
         self.server = server
         self.tokenizer = tokenizer
@@ -45,6 +49,11 @@ class ServerModel:
         self.sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
         self.seed = seed  # sampling seed of the task (turn t sends seed + t)
         self.lossy = False  # llama-server verifies losslessly
+        self.slot = slot  # the server slot this task's requests use (its KV holds this task's prefix)
+        # Several agents share the server (-np N): /metrics moves for every slot, so a request's figures come
+        # from its reply and its slot's log lines alone (serving/stats.request_stats, shared=True).
+        self.shared = shared
+        self._release = release  # gives the slot back when the task ends
         self._turn = 0
         # /metrics after the previous turn: within a task nothing else uses the server (one slot, one agent),
         # so it is this turn's "before" and one request per turn is saved
@@ -61,7 +70,7 @@ class ServerModel:
             "prompt": list(prompt_ids),
             "n_predict": max_new_tokens,
             "cache_prompt": self._turn > 0,
-            "id_slot": 0,
+            "id_slot": self.slot,
             "return_tokens": True,
             "stream": False,
             "seed": self.seed + self._turn,
@@ -71,14 +80,20 @@ class ServerModel:
 
     def reply(self, prompt_ids: list[int], messages: list[dict[str, str]], max_new_tokens: int) -> ModelReply:
         """One turn through the server; only `prompt_ids` is used."""
-        before = self._metrics if self._metrics is not None else self.server.metrics()
+        before: dict[str, float] = {}
+        if not self.shared:
+            before = self._metrics if self._metrics is not None else self.server.metrics()
         offset = self.server.log_size()
         t0 = time.perf_counter()
         answer = self.server.post("/completion", self.body(prompt_ids, max_new_tokens))
         wall = time.perf_counter() - t0
         self._turn += 1
-        after = self._metrics = self.server.metrics()
-        steps = self._steps(offset, before, after)
+        if self.shared:
+            after: dict[str, float] = {}
+            steps = self._slot_steps(offset, int((answer.get("timings") or {}).get("draft_n", 0)))
+        else:
+            after = self._metrics = self.server.metrics()
+            steps = self._steps(offset, before, after)
         stats = request_stats(
             prompt_ids,
             answer,
@@ -88,6 +103,7 @@ class ServerModel:
             wall,
             drafter=self.drafter,
             peak_memory_bytes=self.server.peak_memory_bytes(),
+            shared=self.shared,
         )
         tokens = [int(t) for t in answer.get("tokens") or []]
         eos = bool(tokens) and tokens[-1] in self.stop_tokens
@@ -106,7 +122,19 @@ class ServerModel:
                 return steps
             time.sleep(0.01)
 
+    def _slot_steps(self, offset: int, drafted: int) -> list[Step]:
+        """This request's steps from its slot's log lines, waiting briefly until they account for `drafted`."""
+        deadline = time.monotonic() + STEP_WAIT_S
+        while True:
+            steps = parse_steps(self.server.log_text(offset), slot=self.slot)
+            if sum(s.drafted for s in steps) >= drafted or time.monotonic() > deadline:
+                return steps
+            time.sleep(0.01)
+
     def end(self) -> None:
-        """Nothing to release: the next task's first request starts without the cache."""
+        """Give the slot back (several agents at once); the next task's first request starts without the cache."""
         self._turn = 0
         self._metrics = None
+        if self._release is not None:
+            self._release()
+            self._release = None

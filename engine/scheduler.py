@@ -46,6 +46,8 @@ class Scheduler:
         self.max_sessions = max_sessions
         self.steps = 0  # batch steps run
         self.batch_sizes: list[int] = []  # sessions in each step (the batch size a step saw)
+        self.generations = 0  # generations served
+        self.tokens = 0  # tokens they emitted
         self._inbox: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._waiting: deque[_Request] = deque()
         self._running: dict[int, tuple[_Request, Decoding]] = {}
@@ -143,6 +145,9 @@ class Scheduler:
         for decoding in finished:
             request, _ = self._running.pop(id(decoding))
             try:
-                request.future.set_result(decoding.result())
+                result = decoding.result()
+                self.generations += 1
+                self.tokens += len(result.tokens)
+                request.future.set_result(result)
             except Exception as exc:
                 request.future.set_exception(exc)

@@ -384,6 +384,22 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     return flags + spec_flags, rows + spec_rows
 
 
+def slot_args(concurrency: int) -> list[str]:
+    """Server slots for `concurrency` agents at once: `-np N`, and from 2 slots one KV pool they all share.
+
+    Without `--kv-unified` llama-server splits `-c` evenly between the slots, so each agent would get a
+    fraction of the context it has alone; with it every slot may grow to the whole context (`pool_context`).
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    return ["-np", str(concurrency)] + (["--kv-unified"] if concurrency > 1 else [])
+
+
+def pool_context(context: int, concurrency: int) -> int:
+    """The server's `-c` for `concurrency` agents that may each hold `context` tokens at once (one shared pool)."""
+    return context * concurrency
+
+
 def argv(flags: list[Flag]) -> list[str]:
     """Flags as command-line words."""
     return [word for name, value in flags for word in ((name,) if value is None else (name, value))]

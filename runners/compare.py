@@ -18,8 +18,10 @@ comparable token by token.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from agents.recording import ClockedModel, Conversation, RecordingModel, TurnClo
 from engine.engine import EngineConfig
 from engine.stats import GenerationStats
 from runners.backends import Backend, make_backend
+from runners.concurrency import AbortableModel, Wave, run_wave
 from runners.config import baseline_config
 from runners.outcomes import SideRun, TaskOutcome
 from runners.workload import Workload
@@ -84,19 +87,24 @@ class Comparison:
         self.skip = set(skip)  # (instance_id, repeat) pairs not to run (already measured)
         self.record = record  # keep OFF's conversations (SideRun.conversation)
         self.events: list[Event] = []  # what ran, in order (the interleaving, for reports and tests)
+        self.concurrency = workload.concurrency  # agents in flight at once (runners/concurrency.py)
+        self.waves: list[Wave] = []  # at concurrency > 1: each side's pass over each repeat's tasks
+        self._abort = threading.Event()  # set when a wave is interrupted: its agents stop at their next call
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
         reference = candidate if candidate is not None else (workload.plain or EngineConfig())
         self.seed = reference.seed
         # Each side's decoder (runners/backends/): the built-in engine, or a llama-server started on first use.
         self.baseline_engine: Backend | None = None
         if baseline is None:
-            self.baseline_engine = make_backend(baseline_config(reference), workload.models, workload.server)
+            self.baseline_engine = make_backend(
+                baseline_config(reference), workload.models, workload.server, self.concurrency
+            )
         self.candidate_engine: Backend | None = None
         self.unsupported: str | None = None  # why the candidate cannot run on these models
         if candidate is not None:
             try:
                 # the engine keeps only what the drafter needs (Engine.needs)
-                self.candidate_engine = make_backend(candidate, workload.models, workload.server)
+                self.candidate_engine = make_backend(candidate, workload.models, workload.server, self.concurrency)
             except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ, no MTP weights
                 self.unsupported = str(exc)
 
@@ -141,6 +149,9 @@ class Comparison:
     def _run(self) -> Iterator[TaskOutcome]:
         if self.workload.warmup and self.remaining():
             self.warm_up()
+        if self.concurrency > 1:
+            yield from self._run_waves()
+            return
         for repeat in range(self.repeats):
             if self.candidate_engine is not None:
                 self.candidate_engine.reset()  # every repeat starts from the same drafter state
@@ -156,6 +167,35 @@ class Comparison:
                     if backend is not None:
                         runs[side] = self.episode(side, backend, instance, repeat, seed)
                 yield TaskOutcome(instance.instance_id, index, repeat, runs["baseline"], runs["candidate"])
+
+    def _run_waves(self) -> Iterator[TaskOutcome]:
+        """concurrency > 1: per repeat, each side's tasks by N agents at once (runners/concurrency.py)."""
+        for repeat in range(self.repeats):
+            if self.candidate_engine is not None:
+                self.candidate_engine.reset()
+            todo = [(i, inst) for i, inst in enumerate(self.instances) if (inst.instance_id, repeat) not in self.skip]
+            if not todo:
+                continue
+            runs: dict[str, dict[int, SideRun]] = {"baseline": {}, "candidate": {}}
+            for side in side_order(0, repeat):
+                backend = self.sides().get(side)
+                if backend is None:
+                    continue
+                wave = Wave(side, repeat, self.concurrency)
+                run_wave(wave, todo, partial(self._wave_episode, backend, wave), self._abort)
+                self.waves.append(wave)
+                runs[side] = {index: run for (index, _), run in zip(todo, wave.runs, strict=True)}
+            for index, instance in todo:
+                base = runs["baseline"].get(index)
+                if base is None and self.baseline is not None:
+                    base = self.baseline.runs.get((instance.instance_id, repeat))
+                yield TaskOutcome(instance.instance_id, index, repeat, base, runs["candidate"].get(index))
+
+    def _wave_episode(self, backend: Backend, wave: Wave, task: tuple[int, Instance]) -> SideRun:
+        """One task of a wave, on one of its threads (the seed as in a serial run: same per task and repeat)."""
+        index, instance = task
+        seed = self.seed + index + REPEAT_SEED_STRIDE * wave.repeat
+        return self.episode(wave.side, backend, instance, wave.repeat, seed, wave=wave)
 
     def remaining(self) -> int:
         """Task runs this comparison will run (tasks x repeats, less `skip`)."""
@@ -180,12 +220,20 @@ class Comparison:
             run_episode(instance, model, self.workload.environment, tokenizer, short, None)
             backend.reset()
 
-    def episode(self, side: str, backend: Backend, instance: Instance, repeat: int, seed: int) -> SideRun:
-        """Run the agent on one task with one side's backend, then grade its final diff in a fresh sandbox."""
+    def episode(
+        self, side: str, backend: Backend, instance: Instance, repeat: int, seed: int, wave: Wave | None = None
+    ) -> SideRun:
+        """Run the agent on one task with one side's backend, then grade its final diff in a fresh sandbox.
+
+        In a wave (several agents at once) it runs on one of the wave's threads, its model calls timed into
+        the wave's latencies and stopped when the wave is interrupted.
+        """
         self.events.append(Event("episode", side, instance.instance_id, repeat))
         tokenizer = self.models.target.tokenizer
         clock = TurnClock(cuda=self.models.target.device.type == "cuda")
         model: AgentModel = ClockedModel(backend.agent_model(tokenizer, self.workload.model_name, seed), clock)
+        if wave is not None:
+            model = AbortableModel(model, self._abort, wave.latencies_s)
         conversation = None
         if self.record and side == "baseline":
             conversation = Conversation(instance.instance_id)

@@ -104,6 +104,7 @@ class RunConf:
     repeats: int = 1  # each task runs OFF and ON this many times
     seed: int = 0  # sampling seed (sessions use seed + task index, identical for OFF and ON)
     warmup: bool = True  # one untimed generation per engine before measuring
+    concurrency: int = 1  # agents in flight at once per side: one engine batch (or server with -np N) serves them
     threads: int | None = None  # torch CPU threads; null = torch's default
     progress: bool = True  # show a progress bar
     resume: bool = False  # reuse runs/<name>/: keep its finished task runs, run the rest, one summary
@@ -195,6 +196,8 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.engine.gamma_policy, list(GAMMA_POLICIES), "engine.gamma_policy")
     if cfg.run.repeats < 1:
         raise ValueError(f"run.repeats must be >= 1, got {cfg.run.repeats}")
+    if cfg.run.concurrency < 1:
+        raise ValueError(f"run.concurrency must be >= 1 (agents in flight at once), got {cfg.run.concurrency}")
     if cfg.hardware.vram_gib <= 0:
         raise ValueError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
     agent_config(cfg.agent)  # AgentConfig's own range checks

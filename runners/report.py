@@ -95,7 +95,38 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     table.add_row("lossy acceptance", "", "YES (outputs may differ)" if summary["lossy"] else "no (exact)")
     speedup = summary.get("speedup")
     table.add_row("speedup (OFF s/success / ON s/success)", "", _fmt(speedup, ".2f", "x"))
+    _concurrency_rows(table, summary.get("concurrency") or {})
     return table
+
+
+def _concurrency_rows(table: Table, block: dict[str, Any]) -> None:
+    """Several agents at once: aggregate throughput per side and the ON/OFF ratio of the waves' wall times."""
+    if not block:
+        return
+    sides = block["sides"]
+
+    def side(name: str, key: str, fmt: str, unit: str = "") -> str:
+        value = (sides.get(name) or {}).get(key)
+        return _fmt(value, fmt, unit)
+
+    def latency(name: str) -> str:
+        lat = (sides.get(name) or {}).get("latency_s") or {}
+        return "/".join(_fmt(lat.get(p), ".2f") for p in ("p50", "p90", "p99")) + " s"
+
+    n = block["agents"]
+    table.add_row(
+        f"correct tasks/min ({n} agents at once)",
+        side("baseline", "correct_tasks_per_minute", ".2f"),
+        side("candidate", "correct_tasks_per_minute", ".2f"),
+    )
+    table.add_row(
+        "s/success per agent",
+        side("baseline", "seconds_per_success_per_agent", ".1f", " s"),
+        side("candidate", "seconds_per_success_per_agent", ".1f", " s"),
+    )
+    table.add_row("request latency p50/p90/p99", latency("baseline"), latency("candidate"))
+    ratios = " ".join(f"{x:.2f}" for x in block["throughput_ratio_repeats"])
+    table.add_row(f"throughput ON/OFF at {n} agents", "", _fmt(block["throughput_ratio"], ".2f", "x") + f" [{ratios}]")
 
 
 def _ids(ids: list[str], lead: str = "") -> str:

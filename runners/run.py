@@ -26,6 +26,7 @@ from engine.engine import EngineConfig
 from runners.backends import backend_class
 from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
+from runners.concurrency import concurrency_summary
 from runners.config import GIB, check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
 from runners.models import Models, load_models
@@ -171,6 +172,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                     ),
                     "config": config_dict,
                     "backend": comparison.describe(),
+                    "concurrency": concurrency_summary(comparison.waves),
                 },
             )
             summary["hardware"] = hardware_block(cfg, torch_device, summary)

@@ -31,6 +31,7 @@ class Workload:
     model_name: str = "model"  # label in trajectories and predictions
     plain: EngineConfig | None = None  # OFF's sampling and backend when there is no candidate (default greedy)
     server: ServerSettings | None = None  # engine.backend=llama-server: where its servers come from
+    concurrency: int = 1  # agents in flight at once, each side (run.concurrency; runners/concurrency.py)
 
     @classmethod
     def from_config(
@@ -54,6 +55,7 @@ class Workload:
             model_name=cfg.model.name,
             plain=plain,
             server=server,
+            concurrency=cfg.run.concurrency,
         )
 
     def with_(self, **changes: Any) -> Workload:

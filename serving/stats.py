@@ -5,7 +5,8 @@ Sources, all from the server itself (llama.cpp b11434, tools/server/):
   `timings.cache_n` (prompt tokens whose KV it reused: `cache_prompt`), `prompt_ms`, `predicted_ms`,
   `draft_n` / `draft_n_accepted` (absent when nothing was drafted);
 - the `/metrics` counters before and after the request (`--metrics`; one slot, one request at a time, so
-  the difference is this request's): `spec_decode_num_drafts_total` (verification steps that carried a
+  the difference is this request's; with several agents at once they are not, and the slot's log lines
+  below stand alone): `spec_decode_num_drafts_total` (verification steps that carried a
   draft: spectune's `drafts`) and `spec_decode_num_accepted_tokens_per_pos_total{position=i}`;
 - the server log with `LLAMA_TRACE=1`: one `accepted A/N draft tokens` line per verification step, which
   gives the draft length of every step and so `drafted_per_position` (no counter has it).
@@ -31,6 +32,8 @@ PER_POSITION = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 _POSITION = re.compile(r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\}$')
 # SLT_INF(slot, "accepted %2zu/%2zu draft tokens\n", ...) in server-context.cpp, printed when LLAMA_TRACE > 0
 STEP_LINE = re.compile(r"accepted\s+(\d+)/\s*(\d+) draft tokens")
+# the same line with the slot it came from: "slot   operator(): id  0 | task 155 | accepted  2/ 4 draft tokens"
+SLOT_STEP_LINE = re.compile(r"\bid\s+(\d+) \| task \d+ \| accepted\s+(\d+)/\s*(\d+) draft tokens")
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,11 @@ class Step:
     drafted: int
 
 
-def parse_steps(log_text: str) -> list[Step]:
-    """Every `accepted A/N draft tokens` line of a server log, in order."""
-    return [Step(int(a), int(n)) for a, n in STEP_LINE.findall(log_text)]
+def parse_steps(log_text: str, slot: int | None = None) -> list[Step]:
+    """Every `accepted A/N draft tokens` line of a server log, in order (only slot `slot`'s when given)."""
+    if slot is None:
+        return [Step(int(a), int(n)) for a, n in STEP_LINE.findall(log_text)]
+    return [Step(int(a), int(n)) for s, a, n in SLOT_STEP_LINE.findall(log_text) if int(s) == slot]
 
 
 def accepted_per_position(metrics: Mapping[str, float]) -> list[int]:
@@ -75,8 +80,13 @@ def request_stats(
     *,
     drafter: str,
     peak_memory_bytes: int = 0,
+    shared: bool = False,
 ) -> GenerationStats:
     """The statistics of one `/completion` request (see the module docstring for where each figure comes from).
+
+    `shared`: other slots were busy at the same time (several agents at once), so the /metrics counters moved
+    for their requests too; the request's steps are then its own slot's log lines (`before`/`after` unused)
+    and only they and the reply are checked against each other.
 
     Raises ValueError when the sources disagree (a step line missing from the log, counters that moved
     by something other than this request), so a measurement is never built on a silent mismatch.
@@ -85,7 +95,7 @@ def request_stats(
     new_tokens = len(reply.get("tokens") or [])
     drafted = int(timings.get("draft_n", 0))
     accepted = int(timings.get("draft_n_accepted", 0))
-    drafts = int(after.get(DRAFTS, 0) - before.get(DRAFTS, 0))
+    drafts = len(steps) if shared else int(after.get(DRAFTS, 0) - before.get(DRAFTS, 0))
     if len(steps) != drafts or sum(s.drafted for s in steps) != drafted or sum(s.accepted for s in steps) != accepted:
         raise ValueError(
             f"llama-server's figures disagree: {len(steps)} logged steps drafting {sum(s.drafted for s in steps)} "
@@ -101,7 +111,7 @@ def request_stats(
                 accepted_pos.append(0)
             drafted_pos[i] += 1
             accepted_pos[i] += i < step.accepted
-    server_pos = _trim(_minus(accepted_per_position(after), accepted_per_position(before)))
+    server_pos = [] if shared else _trim(_minus(accepted_per_position(after), accepted_per_position(before)))
     if server_pos and server_pos != _trim(accepted_pos):
         raise ValueError(
             f"llama-server's per-position accepted counts {server_pos} disagree with its log {accepted_pos}"

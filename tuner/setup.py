@@ -169,6 +169,12 @@ def check(cfg: DictConfig) -> EngineConfig:
     _choice(s.pruner, PRUNERS, "study.pruner")
     _choice(s.sampler, SAMPLERS, "study.sampler")
     serve_list(t.serve)
+    if cfg.run.concurrency != 1:
+        raise ValueError(
+            f"run.concurrency={cfg.run.concurrency}: the tuner measures one agent at a time for now (tuning per "
+            "concurrency level is not built yet); measure a configuration with N agents at once with "
+            "python -m runners.run ... run.concurrency=N"
+        )
     if t.measure == "replay" and cfg.space.allow_lossy:
         raise ValueError(
             "tuner.measure=replay with space.allow_lossy=true: a lossy candidate may change OFF's tokens, so it "

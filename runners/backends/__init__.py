@@ -37,9 +37,13 @@ def backend_class(name: str) -> type[Backend]:
         raise ValueError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
 
 
-def make_backend(config: EngineConfig, models: Any, server: ServerSettings | None = None) -> Backend:
-    """The backend `config.backend` names, on the loaded `models` (runners.models.Models).
+def make_backend(
+    config: EngineConfig, models: Any, server: ServerSettings | None = None, concurrency: int = 1
+) -> Backend:
+    """The backend `config.backend` names, on the loaded `models` (runners.models.Models), for `concurrency` agents.
 
     ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
     """
-    return backend_class(config.backend).create(config, models, server)
+    if concurrency < 1:
+        raise ValueError(f"run.concurrency must be >= 1, got {concurrency}")
+    return backend_class(config.backend).create(config, models, server, concurrency)

@@ -36,8 +36,8 @@ class Backend(Protocol):
         ...
 
     @classmethod
-    def create(cls, config: EngineConfig, models: Any, server: Any | None) -> Backend:
-        """One backend for `config` on the loaded models; ValueError when it cannot run it."""
+    def create(cls, config: EngineConfig, models: Any, server: Any | None, concurrency: int = 1) -> Backend:
+        """A backend for `config` on the loaded models serving `concurrency` agents at once (ValueError: it cannot)."""
         ...
 
     @classmethod

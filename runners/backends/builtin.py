@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.engine_model import EngineModel
 from agents.model import AgentModel
 from engine.engine import Engine, EngineConfig
+from engine.scheduler import Scheduler
 
 
 class EngineBackend:
@@ -20,10 +22,16 @@ class EngineBackend:
     export_target: ClassVar[str | None] = None  # runs spectune's own configuration, no server's flags
     fingerprinted: ClassVar[bool] = False  # studies made before backends existed keep their fingerprint
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, concurrency: int = 1) -> None:
         self.engine = engine
         self.config = engine.config
         self.lossy = engine.lossy
+        self.concurrency = concurrency
+        # Several agents at once: their turns are decoded together, one batch per step (engine/scheduler.py).
+        self.scheduler: Scheduler | None = None
+        self._lock = threading.Lock()  # the wave's agents ask for models at the same moment: one scheduler
+        # What the schedulers served so far: generations, tokens, batch steps and the largest batch.
+        self.served = {"generations": 0, "tokens": 0, "steps": 0, "max_batch": 0}
 
     @classmethod
     def settings_from(cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool) -> None:
@@ -36,9 +44,9 @@ class EngineBackend:
         return None
 
     @classmethod
-    def create(cls, config: EngineConfig, models: Any, server: Any | None) -> EngineBackend:
+    def create(cls, config: EngineConfig, models: Any, server: Any | None, concurrency: int = 1) -> EngineBackend:
         """An Engine on the loaded target, draft and MTP module (runners.models.Models)."""
-        return cls(Engine(models.target, config, draft=models.draft, mtp=models.mtp))
+        return cls(Engine(models.target, config, draft=models.draft, mtp=models.mtp), concurrency)
 
     @classmethod
     def announce(cls, described: dict[str, Any]) -> str | None:
@@ -46,12 +54,19 @@ class EngineBackend:
         return None
 
     def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
-        """An EngineModel: one engine session per task."""
-        return EngineModel(self.engine, tokenizer, name, seed=seed)
+        """An EngineModel: one engine session per task (its turns batched with the others' at concurrency > 1)."""
+        with self._lock:
+            if self.concurrency > 1 and self.scheduler is None:
+                self.scheduler = Scheduler(self.engine)
+            scheduler = self.scheduler
+        return EngineModel(self.engine, tokenizer, name, seed=seed, scheduler=scheduler)
 
     def warm_up(self, prompt: list[int]) -> None:
-        """Generate 16 tokens, then forget them (the suffix drafter must learn nothing from the warm-up)."""
-        self.engine.generate(prompt, 16)
+        """Generate 16 tokens (as many sessions at once as agents will run), then forget them.
+
+        The suffix drafter must learn nothing from the warm-up; at concurrency N the batch of N runs once.
+        """
+        self.engine.generate_together([prompt] * self.concurrency, 16)
         self.engine.reset_drafter_state()
 
     def reset(self) -> None:
@@ -59,8 +74,20 @@ class EngineBackend:
         self.engine.reset_drafter_state()
 
     def close(self) -> None:
-        """Nothing to stop."""
+        """Stop the scheduler's decode thread, if one runs (a later agent model starts a new one)."""
+        with self._lock:
+            s, self.scheduler = self.scheduler, None
+        if s is not None:
+            s.close()
+            served = self.served
+            served["generations"] += s.generations
+            served["tokens"] += s.tokens
+            served["steps"] += s.steps
+            served["max_batch"] = max([served["max_batch"], *s.batch_sizes])
 
     def describe(self) -> dict[str, Any]:
         """The backend's name (the numeric path is in the run's provenance)."""
-        return {"backend": self.name}
+        out: dict[str, Any] = {"backend": self.name, "concurrency": self.concurrency}
+        if self.concurrency > 1:
+            out["served"] = dict(self.served)  # the scheduler's batches (filled once the comparison has closed)
+        return out

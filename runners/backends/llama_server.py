@@ -10,6 +10,8 @@ exporter's reason. A server starts on first use and stops in `close()`.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,7 +53,9 @@ class ServerBackend:
     export_target: ClassVar[str | None] = exporter.TARGET
     fingerprinted: ClassVar[bool] = True
 
-    def __init__(self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int]) -> None:
+    def __init__(
+        self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int], concurrency: int = 1
+    ) -> None:
         reason = self.not_runnable(config)
         if reason:
             raise ValueError(f"llama-server cannot run this configuration: {reason}")
@@ -64,9 +68,15 @@ class ServerBackend:
         self.stop_tokens = stop_tokens
         self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
         flags, _ = exporter.speculation(config, str(settings.draft_gguf) if settings.draft_gguf else None)
-        self.args = [*exporter.argv(flags), "-np", "1"]
+        self.concurrency = concurrency
+        self.args = [*exporter.argv(flags), *exporter.slot_args(concurrency)]
         self.server: LlamaServer | None = None
         self._starts = 0
+        # One slot per agent in flight: a task keeps its slot (and the slot's KV its prefix) until it ends.
+        self._slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(concurrency):
+            self._slots.put(slot)
+        self._start_lock = threading.Lock()  # agents' threads may ask for the server at the same moment
 
     @classmethod
     def settings_from(cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool) -> ServerSettings:
@@ -82,11 +92,13 @@ class ServerBackend:
         return exporter.not_runnable(config)
 
     @classmethod
-    def create(cls, config: EngineConfig, models: Any, server: ServerSettings | None) -> ServerBackend:
+    def create(
+        cls, config: EngineConfig, models: Any, server: ServerSettings | None, concurrency: int = 1
+    ) -> ServerBackend:
         """A backend whose server starts on first use; ValueError without settings or for a config it cannot run."""
         if server is None:
             raise ValueError(f"engine.backend={cls.name} needs the server settings (runners.server_setup)")
-        return cls(config, server, frozenset(models.target.eos_token_ids))
+        return cls(config, server, frozenset(models.target.eos_token_ids), concurrency)
 
     @classmethod
     def announce(cls, described: dict[str, Any]) -> str | None:
@@ -106,6 +118,10 @@ class ServerBackend:
         return self.args[self.args.index("--spec-type") + 1]
 
     def _server(self) -> LlamaServer:
+        with self._start_lock:
+            return self._start()
+
+    def _start(self) -> LlamaServer:
         if self.server is None:
             self._starts += 1
             log_dir = self.settings.log_dir or Path(os.environ.get("TMPDIR", "/tmp"))
@@ -114,7 +130,7 @@ class ServerBackend:
                 self.settings.binary,
                 self.model_file,
                 self.args,
-                context=self.settings.context,
+                context=exporter.pool_context(self.settings.context, self.concurrency),
                 threads=self.settings.threads,
                 log_path=log,
                 start_timeout=self.settings.start_timeout_s,
@@ -123,8 +139,9 @@ class ServerBackend:
         return self.server
 
     def agent_model(self, tokenizer: Any, name: str, seed: int) -> AgentModel:
-        """A ServerModel on this backend's server (started now if it is not running)."""
+        """A ServerModel on this backend's server (started now if it is not running), on a free slot."""
         c = self.config
+        slot = self._slots.get()  # never waits in a wave: N agents, N slots
         return ServerModel(
             self._server(),
             tokenizer,
@@ -136,12 +153,16 @@ class ServerBackend:
             top_k=c.top_k,
             top_p=c.top_p,
             seed=seed,
+            slot=slot,
+            shared=self.concurrency > 1,
+            release=lambda: self._slots.put(slot),
         )
 
     def warm_up(self, prompt: list[int]) -> None:
         """Start the server and generate 16 tokens; a drafter with cross-request state gets a fresh server."""
         model = self.agent_model(None, "warm-up", 0)
         model.server.post("/completion", {**model.body(prompt, 16), "return_tokens": False})
+        model.end()  # gives its slot back
         self.reset()
 
     def reset(self) -> None:
@@ -164,6 +185,7 @@ class ServerBackend:
             "target_gguf": str(self.model_file),
             "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
             "context": s.context,
+            "concurrency": self.concurrency,
             "threads": s.threads,
             "args": list(self.args),
         }

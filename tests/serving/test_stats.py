@@ -45,6 +45,22 @@ def test_trace_lines_are_read_in_order_and_other_lines_ignored():
     assert parse_steps("no steps here\n") == []
 
 
+def test_a_slot_s_steps_are_read_apart_from_the_other_slots():
+    shared = LOG + "slot update_slots: id  1 | task 9 | accepted  1/ 2 draft tokens\n"
+    assert parse_steps(shared, slot=1) == [Step(1, 2)]
+    assert parse_steps(shared, slot=0) == [Step(2, 4), Step(0, 3), Step(12, 12)]
+
+
+def test_a_shared_server_s_request_is_counted_from_its_reply_and_its_slot_alone():
+    """Several agents at once: /metrics moved for other slots too, so it is not read; log and reply must agree."""
+    answer = reply(30, prompt_n=12, cache_n=28, draft_n=19, draft_n_accepted=14)
+    stats = request_stats(list(range(40)), answer, {}, {}, parse_steps(LOG, slot=0), 0.05, drafter="ngram", shared=True)
+    assert (stats.drafts, stats.drafted, stats.accepted) == (3, 19, 14)
+    assert_identities(stats)
+    with pytest.raises(ValueError, match="disagree"):
+        request_stats([1], answer, {}, {}, [Step(2, 4)], 0.05, drafter="ngram", shared=True)
+
+
 def test_per_position_counter_is_a_list_with_missing_positions_zero():
     values = {f'{PER_POSITION}{{position="2"}}': 5.0, f'{PER_POSITION}{{position="0"}}': 9.0, DRAFTS: 3.0}
     assert accepted_per_position(values) == [9, 0, 5]

@@ -1,0 +1,85 @@
+"""Several agents at once on the built-in engine: the runner's waves, their accounting, and a stop mid-wave.
+
+The bundled model solves swe-lite's dev tasks within a few turns, so three agents at once really overlap
+(their turns share the scheduler's batches). Checked: every task ran once per side, the per-task runs add up
+to what the engine's scheduler served, OFF and ON emit the same greedy streams at the same N, the summary
+carries the concurrency block; and a run stopped by two SIGTERMs in the middle of a wave leaves no process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from runners.config import register_configs
+from runners.run import execute
+from tests.runners.test_runner_killed import ROOT, _alive, _leftovers, _wait_for_a_command
+
+CONF = str(ROOT / "conf")
+register_configs()
+
+
+def _cfg(tmp: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return compose(
+            "config",
+            overrides=[
+                "task.split=dev",
+                "task.limit=3",
+                f"run.root={tmp}",
+                "run.progress=false",
+                "run.threads=1",
+                "tracking.enabled=false",
+                *overrides,
+            ],
+        )
+
+
+def test_three_agents_at_once_add_up(tmp_path):
+    summary = execute(_cfg(tmp_path, "engine=ngram", "run.concurrency=3", "run.warmup=false", "run.name=c3"))
+    block = summary["concurrency"]
+    assert block["agents"] == 3
+    assert sorted((w["side"], w["tasks"]) for w in block["waves"]) == [("baseline", 3), ("candidate", 3)]
+    assert block["throughput_ratio"] is not None and len(block["throughput_ratio_repeats"]) == 1
+    for side in ("baseline", "candidate"):
+        assert summary[side]["tasks"] == 3
+        served = summary["backend"][side]["served"]
+        # every task run's tokens came from this side's scheduler, and some of its steps batched agents together
+        assert served["tokens"] == summary[side]["new_tokens"]
+        assert served["max_batch"] > 1 and served["steps"] > 0
+        rows = (tmp_path / "c3" / "repeats.jsonl").read_text().splitlines()
+        runs = [json.loads(line) for line in rows if json.loads(line)["side"] == side]
+        assert sum(r["stats"]["new_tokens"] for r in runs) == summary[side]["new_tokens"]
+        latency = block["sides"][side]["latency_s"]
+        assert latency["p50"] is not None and latency["p50"] <= latency["p99"]
+    assert summary["diverged_tasks"] == []  # exact acceptance: ON's streams are OFF's, batch for batch
+
+
+def test_two_sigterms_mid_wave_stop_every_agent(tmp_path):
+    cmd = [
+        sys.executable, "-m", "runners.run", "task.split=dev", "task.limit=4", "run.concurrency=2",
+        f"run.root={tmp_path}", "run.name=killed", "run.progress=false", "run.warmup=false",
+        "tracking.enabled=false", "run.threads=1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        tree = _wait_for_a_command(proc, "local")
+        proc.send_signal(signal.SIGTERM)  # the first asks for a stop after the wave in flight
+        proc.send_signal(signal.SIGTERM)  # the second stops the agents at their next model call
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert summary["partial"] is True and summary["interrupted"] == "SIGTERM"
+    assert _alive(tree) == set(), "processes the runner started outlived it"
+    assert _leftovers(f"{proc.pid}.") == []
