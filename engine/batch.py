@@ -4,9 +4,11 @@ Continuous batching: a decoding may join before any step and leaves when it fini
 different positions, with different draft lengths (or no draft this step), share every target forward.
 Each session keeps its own KV cache, drafter state, draft-length policy, RNG and acceptance; the batch
 only gathers their fed tokens into one ragged forward (`forward.many`, engine/llama.py) and hands each its
-own rows. So a session's stream is the one it would make alone wherever the forward's rows do not depend
-on the batch (float64: tested token for token in tests/engine/test_batched_conformance.py); in a model's
-own dtype, batch-dependent rounding can flip a near tie, which the benchmarks count as diverged streams.
+own rows. Drafting is batched too where the drafter allows it (`propose_together`: the sessions of one draft
+model or MTP module run one draft forward per chain step). So a session's stream is the one it would make
+alone wherever the forward's rows do not depend on the batch (float64: tested token for token in
+tests/engine/test_batched_conformance.py); in a model's own dtype, batch-dependent rounding can flip a near
+tie, which the benchmarks count as diverged streams.
 
 Every active decoding advances one step per batch step, so none starves; `max_sessions` bounds how many
 share a step (the rest wait in arrival order, engine/scheduler.py).
@@ -17,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from engine.decode import Decoding, GenerationResult, Runtime
+from engine.drafters import Draft, DraftContext, Drafter
 
 
 class Batch:
@@ -43,7 +46,9 @@ class Batch:
         if not self.active:
             return []
         active = self.active
-        feeds = [d.draft() for d in active]
+        contexts = [d.draft_context() for d in active]
+        drafts = propose_together([d.session.drafter for d in active], contexts)
+        feeds = [d.take_draft(draft) for d, draft in zip(active, drafts, strict=True)]
         hidden = any(d.wants_hidden for d in active)
         rows = self.runtime.forward.many(
             [d.session.cache for d in active], feeds, [d.keep for d in active], hidden=hidden
@@ -52,6 +57,24 @@ class Batch:
             d.accept(logits, trunk if d.wants_hidden else None)
         self.active = [d for d in active if not d.done]
         return [d for d in active if d.done]
+
+
+def propose_together(drafters: list[Drafter], contexts: list[DraftContext | None]) -> list[Draft]:
+    """Each session's draft (an empty one where its context is None), every drafter class asked once.
+
+    The drafters are grouped by class and each group's `propose_many` proposes for all its sessions: where
+    the class batches (draft_model, layer_skip, mtp) that is one draft forward per chain step for the group.
+    """
+    drafts = [Draft() for _ in drafters]
+    groups: dict[type, list[int]] = {}
+    for i, (drafter, ctx) in enumerate(zip(drafters, contexts, strict=True)):
+        if ctx is not None:
+            groups.setdefault(type(drafter), []).append(i)
+    for cls, members in groups.items():
+        proposed = cls.propose_many([drafters[i] for i in members], [contexts[i] for i in members])
+        for i, draft in zip(members, proposed, strict=True):
+            drafts[i] = draft
+    return drafts
 
 
 def decode_together(runtime: Runtime, decodings: list[Decoding]) -> list[GenerationResult]:

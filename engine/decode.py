@@ -132,6 +132,7 @@ class Decoding:
         self.finish = "length" if self.budget == max_new_tokens else "context"
         self.done = False
         self._draft: Draft = Draft()
+        self._k = 0  # this step's draft budget (draft_context)
 
     @property
     def keep(self) -> int:
@@ -145,19 +146,36 @@ class Decoding:
 
     def draft(self) -> list[int]:
         """Propose this step's draft; returns every token to feed the target (pending ones, then the draft)."""
-        session, rt = self.session, self.runtime
+        ctx = self.draft_context()
+        return self.take_draft(self.session.drafter.propose(ctx) if ctx is not None else Draft())
+
+    def draft_context(self) -> DraftContext | None:
+        """What this step's drafter proposes from (None: no draft this step); `take_draft` takes the proposal.
+
+        `draft()` is the two in one; a batch (engine/batch.py) asks every decoding's context first, so that
+        drafters of one class can propose for all sessions together (DrafterBase.propose_many).
+        """
+        session = self.session
         self.clock.lap("other")
         self.phases.lap("other")
         # Never draft past the token budget: the step emits up to n + 1 tokens.
-        k = min(session.policy.next_length(), self.budget - len(self.generated) - 1)
-        draft = Draft()
+        self._k = k = min(session.policy.next_length(), self.budget - len(self.generated) - 1)
+        if k <= 0:
+            return None
+        rt = self.runtime
+        return DraftContext(session.history, k, rt.params, session.generator, session.policy.stop_below())
+
+    def take_draft(self, draft: Draft) -> list[int]:
+        """Adopt the drafter's proposal for `draft_context()`; returns every token to feed the target."""
+        k = self._k
         if k > 0:
-            ctx = DraftContext(session.history, k, rt.params, session.generator, session.policy.stop_below())
-            draft = session.drafter.propose(ctx)
             if len(draft.tokens) > k:  # a drafter may not overrun its budget
                 draft = Draft(draft.tokens[:k], None if draft.probs is None else draft.probs[:k], draft.sources[:k])
             self.stats.draft_limit_steps += draft.limited and not draft.tokens
+        else:
+            draft = Draft()
         self._draft = draft
+        # In a batch the draft phase is the whole step's drafting, every class's group: each session waited for it.
         self.clock.lap("draft")
         self.phases.lap("draft")
         return [*self.pending, *draft.tokens]

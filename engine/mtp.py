@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -327,16 +328,77 @@ class MtpModule(nn.Module):
         """Block outputs g [n, h] for n entries (hidden [n, h], next tokens) appended at positions cache.length + i.
 
         The same maths as `_input`, `_qkv` and `_finish` (training's), written flat over the weight tensors
-        with contiguous RoPE rows: at batch 1 a drafting step is mostly per-op overhead, and it runs
+        (`_block`) with contiguous RoPE rows: at batch 1 a drafting step is mostly per-op overhead, and it runs
         gamma times per target forward (tests/engine/test_mtp_module.py checks the two agree).
         """
-        c, attn, mlp = self.config, self.self_attn, self.mlp
         start, n = cache.length, len(tokens)
         end = start + n
         cache.reserve(end)
-        eps, d = c.rms_norm_eps, c.head_dim
         cos, sin = self._rope_rows(end, hidden.dtype)
-        cos, sin = cos[start:end], sin[start:end]  # [n, d]
+        mask = _causal(start, end, hidden.device)
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            cache.k[:, start:end] = k
+            cache.v[:, start:end] = v
+            return self._attend(q[None], cache.k[None, :, :end], cache.v[None, :, :end], mask)[0]
+
+        g = self._block(hidden, tokens, cos[start:end], sin[start:end], attend)
+        cache.length = end
+        return g
+
+    @torch.inference_mode()
+    def step_many(self, caches: list[MtpCache], hidden: torch.Tensor, tokens: list[list[int]]) -> torch.Tensor:
+        """`step` for several sessions at once: session j's entries (its len(tokens[j]) rows of hidden, in order).
+
+        Ragged like LlamaForward.many: every projection and the MLP run once over all sessions' rows (the
+        weights are streamed once per chain step instead of once per session), attention per session over its
+        own cache. Returns g [rows, h], session j's rows where its hidden rows were.
+        """
+        if len(caches) == 1:
+            return self.step(caches[0], hidden, tokens[0])
+        if len(caches) != len(tokens) or len({id(c) for c in caches}) != len(caches):
+            raise ValueError("step_many: one token list per cache, and every cache once")
+        starts = [c.length for c in caches]
+        ends = [s + len(t) for s, t in zip(starts, tokens, strict=True)]
+        bounds = [0]  # session j's rows are [bounds[j], bounds[j + 1])
+        for t in tokens:
+            bounds.append(bounds[-1] + len(t))
+        for c, e in zip(caches, ends, strict=True):
+            c.reserve(e)
+        device = hidden.device
+        cos, sin = self._rope_rows(max(ends), hidden.dtype)
+        positions = torch.tensor([p for s, e in zip(starts, ends, strict=True) for p in range(s, e)], device=device)
+        masks = [_causal(s, e, device) for s, e in zip(starts, ends, strict=True)]
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = []
+            for j, cache in enumerate(caches):
+                a, b, s, e = bounds[j], bounds[j + 1], starts[j], ends[j]
+                cache.k[:, s:e] = k[:, a:b]
+                cache.v[:, s:e] = v[:, a:b]
+                out.append(self._attend(q[None, :, a:b], cache.k[None, :, :e], cache.v[None, :, :e], masks[j])[0])
+            return torch.cat(out, dim=1)  # [H, rows, d]
+
+        g = self._block(hidden, [t for ts in tokens for t in ts], cos[positions], sin[positions], attend)
+        for c, e in zip(caches, ends, strict=True):
+            c.length = e
+        return g
+
+    def _block(
+        self,
+        hidden: torch.Tensor,
+        tokens: list[int],
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """The block over rows (hidden [n, h], next tokens) at the positions of cos/sin [n, d]: g [n, h].
+
+        `attend(q, k, v)` stores the rows' K/V [KV, n, d] (RoPE applied) in whichever caches own them and returns
+        the attention output [H, n, d] of the queries q [H, n, d]: one session's cache (`step`) or several's.
+        """
+        c, attn, mlp = self.config, self.self_attn, self.mlp
+        n, eps, d = len(tokens), c.rms_norm_eps, c.head_dim
         emb = self.embed(torch.tensor(tokens, device=hidden.device)).to(hidden.dtype)
         x = F.linear(
             torch.cat([rms_norm(emb, self.enorm.weight, eps), rms_norm(hidden, self.hnorm.weight, eps)], -1),
@@ -346,14 +408,7 @@ class MtpModule(nn.Module):
         q = F.linear(a, attn.q_proj.weight).view(n, c.num_attention_heads, d).transpose(0, 1)  # [H, n, d]
         k = F.linear(a, attn.k_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)  # [KV, n, d]
         v = F.linear(a, attn.v_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)
-        cache.k[:, start:end] = k * cos + rotate_half(k) * sin
-        cache.v[:, start:end] = v
-        cache.length = end
-        q = q * cos + rotate_half(q) * sin
-        mask = None
-        if n > 1:
-            mask = torch.arange(end, device=x.device)[None] <= torch.arange(start, end, device=x.device)[:, None]
-        att = self._attend(q[None], cache.k[None, :, :end], cache.v[None, :, :end], mask)[0]  # [H, n, d]
+        att = attend(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v)  # [H, n, d]
         x = x + F.linear(att.transpose(0, 1).reshape(n, -1), attn.o_proj.weight)
         a = rms_norm(x, self.post_attention_layernorm.weight, eps)
         return x + F.linear(
@@ -404,6 +459,13 @@ class MtpModule(nn.Module):
             g = self._finish(x, self._attend(q, keys, values, mask))
             out.append(head(g, j))
         return out
+
+
+def _causal(start: int, end: int, device: torch.device) -> torch.Tensor | None:
+    """Which cached positions [0, end) each new entry at start..end - 1 sees (None: one entry sees them all)."""
+    if end - start <= 1:
+        return None
+    return torch.arange(end, device=device)[None] <= torch.arange(start, end, device=device)[:, None]
 
 
 def check_target(config: MtpConfig, target: nn.Module) -> None:

@@ -10,6 +10,7 @@ children's needs. Not here: acceptance, the decode loop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -95,7 +96,9 @@ class Drafter(Protocol):
     """Proposes draft tokens; tracks the session history it drafts from.
 
     Class hooks besides the methods below (engine/drafters/__init__.py calls them):
-    `needs_for(options) -> Needs` and `shared_state(options) -> object with reset() | None`.
+    `needs_for(options) -> Needs` and `shared_state(options) -> object with reset() | None`; and the
+    batch's (engine/batch.py) `propose_many(drafters, contexts) -> list[Draft]`: the proposals of several
+    sessions' drafters of the class in one go, each what its `propose` would return.
     """
 
     name: str
@@ -146,6 +149,16 @@ class DrafterBase:
         counted from its own shape, so only drafters with state of their own override this.
         """
         return 0.0
+
+    @classmethod
+    def propose_many(cls, drafters: Sequence[Drafter], contexts: Sequence[DraftContext]) -> list[Draft]:
+        """Each drafter's proposal for its context (drafters of this class, one per session), in order.
+
+        The default asks each drafter's `propose` in turn; a drafter whose proposals can share work across
+        sessions (one draft forward for all: draft_model, mtp) overrides it, and must return what each
+        `propose` would.
+        """
+        return [drafter.propose(ctx) for drafter, ctx in zip(drafters, contexts, strict=True)]
 
     def begin(self, history: list[int]) -> None:
         """Nothing to prepare."""

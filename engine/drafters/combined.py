@@ -103,6 +103,9 @@ class CombinedDrafter(DrafterBase):
         for child in self.children:
             child.begin(history)
 
+    # propose_many stays DrafterBase's (one session at a time): which child proposes, and with what prefix,
+    # differs per session, so the model child's forwards would have to be batched across policy branches.
+
     def propose(self, ctx: DraftContext) -> Draft:
         """The policy's proposal (module docstring)."""
         limited = False

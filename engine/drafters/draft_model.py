@@ -6,10 +6,15 @@ shares with the session history, which rolls back rejected drafts without extra 
 draft logits are cut or padded with -inf to the target's vocabulary. A draft with a shorter
 position limit than the target's (GPT-2's learned `n_positions`, a smaller `max_position_embeddings`)
 drafts only what fits below its limit, then proposes nothing: the target decodes plainly from there.
+
+In a batch (engine/batch.py) the sessions of one draft model chain together (`propose_many`): every chain
+step is one ragged draft forward (`forward.many`) over the sessions still drafting, the first also feeding
+each session's catch-up tokens, instead of one forward per session per step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -87,36 +92,102 @@ class DraftModelDrafter(DrafterBase):
 
     def propose(self, ctx: DraftContext) -> Draft:
         """Draft up to ctx.max_tokens tokens after history + prefix; stop when the top probability < ctx.confidence."""
-        seq = [*ctx.history, *ctx.prefix] if ctx.prefix else ctx.history  # continue after another drafter's tokens
-        room = self.room(len(seq))
-        if room == 0:  # past the draft's limit: an empty draft makes this a plain decoding step
+        feed, max_tokens = self._start(ctx)
+        if not max_tokens:  # past the draft's limit: an empty draft makes this a plain decoding step
             return Draft(limited=True)
-        max_tokens = ctx.max_tokens if room is None else min(ctx.max_tokens, room)
-        self._sync(seq)
-        feed = seq[len(self._cached) :]
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
-        for i in range(max_tokens):
-            ids = [t if t < self._draft_vocab else self._stand_in for t in feed]
-            logits, _ = self._forward(self._cache, ids)
+        while True:
+            logits, _ = self._forward(self._cache, self._ids(feed))
             self._cached.extend(feed)
-            logits = fit_vocab(logits[-1], self.vocab)  # [V_target]
-            # Stop on the distribution's confidence *before* sampling: the decision then depends
-            # only on the prefix, which keeps exact sampling exact (a rule that drops a token
-            # after seeing it would bias the proposal away from q).
-            if ctx.params.greedy:
-                if ctx.confidence is not None and float(logits.float().softmax(-1).max()) < ctx.confidence:
-                    break
-                tok = int(greedy_ids(logits))
-            else:
-                q = effective_probs(logits, ctx.params)  # [V_target]
-                if ctx.confidence is not None and float(q.max()) < ctx.confidence:
-                    break
-                tok = sample(q, ctx.generator)
-                probs.append(q)
-            tokens.append(tok)
-            feed = [tok]
-            if i + 1 == max_tokens:
+            tok = self._choose(fit_vocab(logits[-1], self.vocab), ctx, probs)
+            if tok is None:
                 break
+            tokens.append(tok)
+            if len(tokens) == max_tokens:  # the last draft token is never fed
+                break
+            feed = [tok]
+        return self._draft(tokens, probs)
+
+    @classmethod
+    def propose_many(cls, drafters: Sequence[DraftModelDrafter], contexts: Sequence[DraftContext]) -> list[Draft]:
+        """Every session's `propose`, each chain step one draft forward (`forward.many`) over all still drafting.
+
+        Sessions of one draft forward (one engine's draft model, or layer_skip's view of one target) chain
+        together; each keeps its own draft cache, catch-up tokens, budget, confidence stop, position limit
+        and generator, so each gets the draft it would get alone (up to the batched linears' rounding).
+        """
+        drafts: list[Draft] = [Draft() for _ in drafters]
+        groups: dict[int, list[int]] = {}
+        for i, drafter in enumerate(drafters):
+            groups.setdefault(id(drafter._forward), []).append(i)
+        for members in groups.values():
+            if len(members) == 1:  # alone: the single-session path as it is
+                drafts[members[0]] = drafters[members[0]].propose(contexts[members[0]])
+                continue
+            chained = _chain_together([drafters[i] for i in members], [contexts[i] for i in members])
+            for i, draft in zip(members, chained, strict=True):
+                drafts[i] = draft
+        return drafts
+
+    def _start(self, ctx: DraftContext) -> tuple[list[int], int]:
+        """(tokens the draft must be fed first, most tokens to draft: 0 past its position limit), the cache synced."""
+        seq = [*ctx.history, *ctx.prefix] if ctx.prefix else ctx.history  # continue after another drafter's tokens
+        room = self.room(len(seq))
+        if room == 0:
+            return [], 0
+        self._sync(seq)
+        return seq[len(self._cached) :], ctx.max_tokens if room is None else min(ctx.max_tokens, room)
+
+    def _ids(self, feed: list[int]) -> list[int]:
+        """`feed` with ids the draft cannot embed replaced by its stand-in."""
+        return [t if t < self._draft_vocab else self._stand_in for t in feed]
+
+    def _choose(self, logits: torch.Tensor, ctx: DraftContext, probs: list[torch.Tensor]) -> int | None:
+        """The next draft token from target-vocabulary logits [V] (None: stop, the confidence is below threshold)."""
+        # Stop on the distribution's confidence *before* sampling: the decision then depends
+        # only on the prefix, which keeps exact sampling exact (a rule that drops a token
+        # after seeing it would bias the proposal away from q).
+        if ctx.params.greedy:
+            if ctx.confidence is not None and float(logits.float().softmax(-1).max()) < ctx.confidence:
+                return None
+            return int(greedy_ids(logits))
+        q = effective_probs(logits, ctx.params)  # [V_target]
+        if ctx.confidence is not None and float(q.max()) < ctx.confidence:
+            return None
+        probs.append(q)
+        return sample(q, ctx.generator)
+
+    def _draft(self, tokens: list[int], probs: list[torch.Tensor]) -> Draft:
         stacked = torch.stack(probs) if probs else None  # [n, V_target] when sampling
         return Draft(tokens=tokens, probs=stacked, sources=[self.name] * len(tokens))
+
+
+def _chain_together(drafters: list[DraftModelDrafter], contexts: list[DraftContext]) -> list[Draft]:
+    """`propose` of drafters sharing one draft forward, every chain step one ragged forward over the sessions left.
+
+    A session leaves the chain when it has its budget, its confidence stop, or (from the start) no room below
+    the draft's position limit; the first step also feeds each session's own catch-up tokens.
+    """
+    forward = drafters[0]._forward
+    feeds, budgets = zip(*(d._start(ctx) for d, ctx in zip(drafters, contexts, strict=True)), strict=True)
+    feeds = list(feeds)
+    tokens: list[list[int]] = [[] for _ in drafters]
+    probs: list[list[torch.Tensor]] = [[] for _ in drafters]
+    drafting = [j for j, budget in enumerate(budgets) if budget]
+    while drafting:
+        caches = [drafters[j]._cache for j in drafting]
+        rows = forward.many(caches, [drafters[j]._ids(feeds[j]) for j in drafting], [1] * len(drafting))
+        still = []
+        for j, (logits, _) in zip(drafting, rows, strict=True):
+            drafter = drafters[j]
+            drafter._cached.extend(feeds[j])
+            tok = drafter._choose(fit_vocab(logits[-1], drafter.vocab), contexts[j], probs[j])
+            if tok is None:
+                continue
+            tokens[j].append(tok)
+            if len(tokens[j]) < budgets[j]:
+                feeds[j] = [tok]
+                still.append(j)
+        drafting = still
+    return [d._draft(tokens[j], probs[j]) if budgets[j] else Draft(limited=True) for j, d in enumerate(drafters)]

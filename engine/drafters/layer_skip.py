@@ -6,7 +6,8 @@ its own k-layer KV cache, synced to the session history by common prefix like `d
 rejection rolls back for free), and costs about k / L of a target step per draft token. LayerSkip's
 sharing of those k layers' KV with the verification forward is not done: it would make the loop start
 the target's forward at layer k (a special case), and costs k / L of the target's KV, which the memory
-model counts.
+model counts. In a batch its sessions draft together as draft_model's do (the inherited `propose_many`):
+every session's view is the same one forward, built once per target and k.
 """
 
 from __future__ import annotations

@@ -10,18 +10,27 @@ token. Chain entries are cut off at the next proposal, which rolls back rejectio
 The first step of a turn proposes nothing: the target has not yet seen the turn's new tokens, so there
 is no hidden state for the last one (prefill and that first verification share one forward). A
 history that diverged from the one the states were computed on keeps only the common prefix's.
+
+In a batch (engine/batch.py) the ready sessions of one module chain together (`propose_many`): every chain
+step is one block forward over all of them (MtpModule.step_many: the first also appends each session's
+catch-up entries) and one LM head over their outputs, instead of one of each per session.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
 from engine.kv import common_prefix, grown_capacity
 from engine.sampling import effective_probs, greedy_ids, sample
+
+if TYPE_CHECKING:
+    from engine.mtp import MtpCache
 
 
 @dataclass
@@ -84,15 +93,11 @@ class MtpDrafter(DrafterBase):
 
     def propose(self, ctx: DraftContext) -> Draft:
         """Chain the module from the last verified position: up to ctx.max_tokens after history + prefix."""
-        n = len(ctx.history)
-        if self._known < n - 1 or n < 2:
+        if not self._ready(ctx):
             return Draft()  # the first step of a turn: no hidden state for the last token yet
-        module, cache, params = self.module, self._cache, ctx.params
-        # Entries for positions [first, n - 1), at least one so the last output is fresh.
-        first = min(self._entries, n - 2)
-        cache.crop(first)
-        g = module.step(cache, self._hidden[first : n - 1], ctx.history[first + 1 : n])[-1:]  # [1, h]
-        self._entries = n - 1
+        module = self.module
+        cache, rows, feed = self._catch_up(ctx)
+        g = module.step(cache, rows, feed)[-1:]  # [1, h]
         forced = list(ctx.prefix)  # tokens another drafter proposed: chain through them, propose after
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
@@ -108,8 +113,47 @@ class MtpDrafter(DrafterBase):
                     if len(tokens) == ctx.max_tokens:
                         break
                 g = module.step(cache, g, [tok])
-        stacked = torch.stack(probs) if probs else None
-        return Draft(tokens=tokens, probs=stacked if not params.greedy else None, sources=[self.name] * len(tokens))
+        return self._draft(tokens, probs, ctx)
+
+    @classmethod
+    def propose_many(cls, drafters: Sequence[MtpDrafter], contexts: Sequence[DraftContext]) -> list[Draft]:
+        """Every session's `propose`, each chain step one block forward (MtpModule.step_many) and one head over all.
+
+        Sessions of one module chain together; each keeps its own block cache, catch-up entries, forced prefix,
+        budget, confidence stop and generator, so each gets the draft it would get alone (up to the batched
+        linears' rounding).
+        """
+        drafts: list[Draft] = [Draft() for _ in drafters]
+        groups: dict[int, list[int]] = {}
+        for i, (drafter, ctx) in enumerate(zip(drafters, contexts, strict=True)):
+            if drafter._ready(ctx):  # the others propose nothing this step
+                groups.setdefault(id(drafter.module), []).append(i)
+        for members in groups.values():
+            if len(members) == 1:  # alone: the single-session path as it is
+                drafts[members[0]] = drafters[members[0]].propose(contexts[members[0]])
+                continue
+            chained = _chain_together([drafters[i] for i in members], [contexts[i] for i in members])
+            for i, draft in zip(members, chained, strict=True):
+                drafts[i] = draft
+        return drafts
+
+    def _ready(self, ctx: DraftContext) -> bool:
+        """Whether the target's hidden state of the last history token is known (not on a turn's first step)."""
+        n = len(ctx.history)
+        return n >= 2 and self._known >= n - 1
+
+    def _catch_up(self, ctx: DraftContext) -> tuple[MtpCache, torch.Tensor, list[int]]:
+        """The block cache cropped for this proposal, and the entries to append first (hidden rows, next tokens)."""
+        n = len(ctx.history)
+        # Entries for positions [first, n - 1), at least one so the last output is fresh.
+        first = min(self._entries, n - 2)
+        self._cache.crop(first)
+        self._entries = n - 1
+        return self._cache, self._hidden[first : n - 1], ctx.history[first + 1 : n]
+
+    def _draft(self, tokens: list[int], probs: list[torch.Tensor], ctx: DraftContext) -> Draft:
+        stacked = torch.stack(probs) if probs and not ctx.params.greedy else None
+        return Draft(tokens=tokens, probs=stacked, sources=[self.name] * len(tokens))
 
     def _choose(self, draft_logits: torch.Tensor, ctx: DraftContext, probs: list[torch.Tensor]) -> int | None:
         """The next draft token (None: stop, the head's confidence is below the threshold, decided before sampling)."""
@@ -124,3 +168,43 @@ class MtpDrafter(DrafterBase):
             return None
         probs.append(q)
         return sample(q, ctx.generator)
+
+
+def _chain_together(drafters: list[MtpDrafter], contexts: list[DraftContext]) -> list[Draft]:
+    """`propose` of ready drafters sharing one module: per chain step one block forward and one head for all left.
+
+    The first block forward appends each session's own catch-up entries (ragged); a session leaves the chain
+    at its budget or its confidence stop, and chains through its forced prefix without proposing.
+    """
+    module = drafters[0].module
+    caches, rows, feeds = zip(*(d._catch_up(ctx) for d, ctx in zip(drafters, contexts, strict=True)), strict=True)
+    g = module.step_many(list(caches), torch.cat(rows), list(feeds))
+    last = torch.tensor(list(itertools.accumulate(len(f) for f in feeds)), device=g.device) - 1
+    g = g[last]  # [m, h]: each session's freshest block output, rows in `chaining` order
+    forced = [list(ctx.prefix) for ctx in contexts]
+    tokens: list[list[int]] = [[] for _ in drafters]
+    probs: list[list[torch.Tensor]] = [[] for _ in drafters]
+    chaining = list(range(len(drafters)))
+    with torch.inference_mode():
+        while True:
+            proposing = [r for r, j in enumerate(chaining) if not forced[j]]
+            # one head over every proposing session's output, its rows [1, Vd] taken in `chaining` order
+            heads = iter(module.head_logits(g[proposing]).split(1) if proposing else ())
+            kept, fed = [], []
+            for r, j in enumerate(chaining):
+                if forced[j]:
+                    tok = forced[j].pop(0)
+                else:
+                    tok = drafters[j]._choose(next(heads), contexts[j], probs[j])
+                    if tok is None:
+                        continue
+                    tokens[j].append(tok)
+                    if len(tokens[j]) == contexts[j].max_tokens:
+                        continue
+                kept.append(r)
+                fed.append([tok])
+            if not kept:
+                break
+            g = module.step_many([caches[chaining[r]] for r in kept], g[kept], fed)
+            chaining = [chaining[r] for r in kept]
+    return [d._draft(tokens[j], probs[j], ctx) for j, (d, ctx) in enumerate(zip(drafters, contexts, strict=True))]
