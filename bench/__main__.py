@@ -127,6 +127,10 @@ def _batch_parser(sub: Any) -> None:
     bat.add_argument("--repeats", type=_positive, default=3, help="timed passes over every case (default 3)")
     bat.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (default 1)")
     bat.add_argument("--forward", choices=PATHS, default="auto", help="numeric path (default auto)")
+    bat.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto: where both models run")
+    bat.add_argument(
+        "--dtype", default="float32", help="weights of both models: float32 (default), bfloat16, float64 or auto"
+    )
     bat.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -238,10 +242,20 @@ def _batch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if unknown or not sizes or min(sizes) < 1:
         parser.error(f"--drafters from {', '.join(DRAFTERS)} and --sessions >= 1 (got {args.drafters!r}, {sizes})")
     torch.set_num_threads(args.threads)
-    setup = BatchSetup(args.model_dir, sizes, drafters, args.gamma, args.max_new_tokens, args.repeats, args.forward)
+    setup = BatchSetup(
+        args.model_dir,
+        sizes,
+        drafters,
+        args.gamma,
+        args.max_new_tokens,
+        args.repeats,
+        args.forward,
+        dtype=args.dtype,
+        device=args.device,
+    )
     try:
         report = run_batch_bench(setup, progress=not args.json)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # a bad --device / --dtype / --forward, a missing model folder
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -8,6 +8,9 @@ at N are measured side by side in each repeat, and the ON/OFF ratio at N is the 
 ratios. The prompts are the agent's own context on swe-lite test instances (bench/agent_prompts.py), one
 per session.
 
+`device` and `dtype` (default cpu, float32) place both models; on CUDA the clock is read only after the
+queued kernels finished (bench.costs.synchronize).
+
 Streams: every session's tokens are compared with the same prompt decoded alone, plain (N = 1, drafter
 none). In float64 they are equal by construction (tests/engine/test_batched_conformance.py); in a model's
 own dtype a batch's different row count can round a near tie the other way, which shows as diverged
@@ -23,6 +26,7 @@ from typing import Any
 
 import torch
 
+from bench.costs import synchronize
 from engine.engine import Engine, EngineConfig
 from engine.loading import LoadedModel, load_model
 from engine.mtp import load_mtp
@@ -43,6 +47,7 @@ class BatchSetup:
     repeats: int = 3  # timed passes over every case
     forward: str = "auto"  # numeric path (engine/forward.py)
     dtype: str = "float32"  # weights' dtype
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto (engine.loading.resolve_device)
 
 
 def _engines(setup: BatchSetup) -> tuple[LoadedModel, dict[str, Engine]]:
@@ -50,10 +55,9 @@ def _engines(setup: BatchSetup) -> tuple[LoadedModel, dict[str, Engine]]:
     from pathlib import Path
 
     root = Path(setup.model_dir)
-    target = load_model(str(root / "target"), dtype=setup.dtype, forward=setup.forward)
-    draft = (
-        load_model(str(root / "draft"), dtype=setup.dtype, forward=setup.forward) if (root / "draft").is_dir() else None
-    )
+    where = {"device": setup.device, "dtype": setup.dtype, "forward": setup.forward}
+    target = load_model(str(root / "target"), **where)
+    draft = load_model(str(root / "draft"), **where) if (root / "draft").is_dir() else None
     mtp = load_mtp(str(root / "mtp"), target.model) if (root / "mtp" / "config.json").is_file() else None
     engines = {}
     for name in ("none", *[d for d in setup.drafters if d != "none"]):
@@ -92,8 +96,10 @@ def run_batch_bench(setup: BatchSetup, progress: bool = True) -> dict[str, Any]:
             sessions = [engine.new_session() for _ in range(n)]
             # Untimed: the prompts' prefill (and one token), so the timed turn decodes only.
             engine.generate_together(prompts[:n], 1, sessions=sessions, stop_tokens=no_stop)
+            synchronize(target.device)  # CUDA runs asynchronously: the prefill's kernels must not count
             t0 = time.perf_counter()
             results = engine.generate_together([s.history for s in sessions], new, sessions, no_stop)
+            synchronize(target.device)
             wall = time.perf_counter() - t0
             rates[(n, d)].append(sum(len(x.tokens) for x in results) / wall)
             drafts = sum(x.stats.drafts for x in results)
@@ -122,6 +128,7 @@ def run_batch_bench(setup: BatchSetup, progress: bool = True) -> dict[str, Any]:
         "setup": {
             **setup.__dict__,
             "threads": torch.get_num_threads(),
+            "resolved_device": str(target.device),
             "forward_path": target.forward.choice.describe(),
             "prompts": len(prompts),
             "prompt_tokens": [len(p) for p in prompts[:count]],
@@ -139,8 +146,10 @@ def render(report: dict[str, Any]) -> None:
 
     console = table_console()
     s = report["setup"]
+    where = s.get("resolved_device", "cpu")
+    on = "" if where == "cpu" else f" on {where}"  # the CPU line stays as it was
     console.print(
-        f"[bold]bench batch[/] {s['model_dir']} · {s['forward_path']} · threads {s['threads']} · gamma {s['gamma']}"
+        f"[bold]bench batch[/] {s['model_dir']} · {s['forward_path']}{on} · threads {s['threads']} · gamma {s['gamma']}"
         f" · {s['max_new_tokens']} new tokens per session · repeats {s['repeats']} · {s['wall_s']:.0f} s"
     )
     table = Table(title="Aggregate decode tokens/s, N sessions per batch (median; every repeat in brackets)")
