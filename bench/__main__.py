@@ -8,6 +8,11 @@ object with --json (progress goes to stderr, so stdout holds nothing but the JSO
 streams, acceptance side by side, tokens/s of both, the server's speed predicted from spectune's acceptance
 and a server cost profile beside what it measured); bench/crossengine.py.
 
+`batch`: the engine's aggregate decode tokens/s with N sessions verified together in one forward per step.
+
+`concurrency`: the seeds' load test: correct tasks per minute with one agent and with N at once, OFF and ON,
+on spectune's engine and llama-server, and where speculation stops paying; bench/concurrency.py.
+
 `tuner`: the tuner's search quality, apart from measurement noise. An exhaustive grid over a small space
 (23 ngram/suffix points by default) is measured once with the tuner's real objective (OFF recorded as trial 0,
 then every point a real trial paired with OFF inside it, --repeats repeats on the search tasks, pruner none)
@@ -105,7 +110,28 @@ def build_parser() -> argparse.ArgumentParser:
     _tuner_parser(sub)
     _crossengine_parser(sub)
     _batch_parser(sub)
+    _concurrency_parser(sub)
     return parser
+
+
+def _concurrency_parser(sub: Any) -> None:
+    from bench.concurrency import BACKENDS, DEFAULT_METHODS
+
+    con = sub.add_parser(
+        "concurrency",
+        help="the seeds' load test: correct tasks/min with 1 and N agents at once, OFF and ON, on both backends",
+        description="For each method and backend: correct tasks per minute serially and with N agents at once, OFF "
+        "and ON side by side (OFF measured in the same repeat and level), acceptance, and the crossover.",
+    )
+    con.add_argument("--levels", default="1,4", help="comma list of agents at once (default 1,4)")
+    con.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma list of conf/engine options")
+    con.add_argument("--backends", default=",".join(BACKENDS), help=f"comma list from {', '.join(BACKENDS)}")
+    con.add_argument("--split", default="test", help="swe-lite split (default test)")
+    con.add_argument("--limit", type=_positive, default=20, help="tasks, a spread subset (default 20)")
+    con.add_argument("--repeats", type=_positive, default=3, help="passes over every level and method (default 3)")
+    con.add_argument("--threads", type=_positive, default=1, help="CPU threads of both engines (default 1)")
+    con.add_argument("--out", default="runs/bench-concurrency", help="folder of the waves' run outputs")
+    con.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
 
 
 def _batch_parser(sub: Any) -> None:
@@ -224,8 +250,34 @@ def main(argv: list[str] | None = None) -> int:
         return _crossengine(args)
     if args.benchmark == "batch":
         return _batch(parser, args)
+    if args.benchmark == "concurrency":
+        return _concurrency(parser, args)
     parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
     return 2
+
+
+def _concurrency(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from bench.concurrency import BACKENDS, ConcurrencySetup, render, run_concurrency_bench
+
+    try:
+        levels = tuple(sorted({int(x) for x in args.levels.split(",") if x.strip()}))
+    except ValueError:
+        parser.error(f"--levels takes a comma list of integers, got {args.levels!r}")
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if not levels or min(levels) < 1 or not methods or any(b not in BACKENDS for b in backends):
+        parser.error(f"--levels >= 1, --methods non-empty, --backends from {', '.join(BACKENDS)}")
+    setup = ConcurrencySetup(levels, methods, backends, args.split, args.limit, args.repeats, args.threads, args.out)
+    try:
+        report = run_concurrency_bench(setup, progress=True)
+    except (ValueError, FileNotFoundError) as exc:  # an unknown method, a missing model or binary
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report))
+    else:
+        render(report)
+    return 0
 
 
 def _batch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
