@@ -5,6 +5,11 @@ weights + drafter state × context (an MTP block's KV and the target hidden stat
 draft's k-layer KV) + verification workspace (grows with gamma + 1 rows) + a fixed runtime overhead; inverted by
 `largest_context` into the longest context that fits a VRAM ceiling (the tuner's constraint).
 
+Several sessions served at once (`sessions=N`, one per agent in flight) each hold their own target KV,
+draft KV and drafter state at the context, so those terms count N times; the weights are loaded once and
+shared. One batched step feeds every session's rows through one forward, so the workspace counts N
+sessions' rows too.
+
 KV counts the positions a context holds. The engine's caches (engine/kv.py GrowingLayer) reserve storage
 in doublings of at least 256 positions, so at a given length they may hold up to about twice that; pass
 the reserved length as `context` to bound what is allocated rather than what is used. Sliding-window
@@ -283,7 +288,8 @@ class MemoryEstimate:
     workspace: int  # transient activations and logits of the largest forward
     overhead: int  # fixed runtime allocation (CUDA context, allocator), as given
     dtype: str = ""  # weight dtype, for describe()
-    context: int = 0  # tokens the KV terms cover, for describe()
+    context: int = 0  # tokens the KV terms cover per session, for describe()
+    sessions: int = 1  # sessions served at once, each holding its own KV and drafter state at `context`
 
     @property
     def total(self) -> int:
@@ -291,15 +297,19 @@ class MemoryEstimate:
         return sum(getattr(self, name) for name in PARTS)
 
     def as_dict(self) -> dict[str, int | str]:
-        """Every field plus the total, e.g. for logging as trial attributes."""
-        return {**asdict(self), "total": self.total}
+        """Every field plus the total, e.g. for logging as trial attributes (`sessions` only when above 1)."""
+        data = asdict(self)
+        if self.sessions == 1:
+            del data["sessions"]  # one session: the same record as before sessions were counted
+        return {**data, "total": self.total}
 
     def describe(self) -> str:
         """One line, e.g. 'needs 15.2 GiB in bfloat16 (weights 14.2, KV 0.9 at 4096 tokens, ...)'."""
         unit, scale = ("GiB", GIB) if self.total >= GIB else ("MiB", 1 << 20)
+        each = "" if self.sessions == 1 else f" x {self.sessions} sessions"
         parts = [
             f"weights {self.target_weights / scale:.1f}",
-            f"KV {self.target_kv / scale:.1f} at {self.context} tokens",
+            f"KV {self.target_kv / scale:.1f} at {self.context} tokens{each}",
         ]
         if self.draft_weights or self.draft_kv:
             parts += [f"draft weights {self.draft_weights / scale:.1f}", f"draft KV {self.draft_kv / scale:.1f}"]
@@ -313,7 +323,14 @@ class MemoryEstimate:
         return f"needs {self.total / scale:.1f} {unit} in {self.dtype} ({', '.join(parts)} {unit})"
 
 
-PARTS = tuple(f.name for f in fields(MemoryEstimate))[:8]  # the byte fields, in order (not dtype / context)
+PARTS = tuple(f.name for f in fields(MemoryEstimate))[:8]  # the byte fields in order (not dtype, context, sessions)
+
+
+def check_sessions(sessions: int) -> int:
+    """`sessions` when it is a whole number >= 1; ValueError otherwise."""
+    if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
+        raise ValueError(f"sessions must be an integer >= 1 (sessions served at once), got {sessions!r}")
+    return sessions
 
 
 def mtp_weight_bytes(target: ModelShape, dtype: str, draft_vocab: int = 0) -> int:
@@ -368,25 +385,29 @@ def workspace_bytes(
     draft: ModelShape | None = None,
     draft_dtype: str | None = None,
     prefill_tokens: int = 0,
+    sessions: int = 1,
 ) -> int:
     """The largest transient of a step: verification, prefill or a draft forward (see _forward_bytes).
 
     Verification feeds k = gamma + 1 rows attending to the whole context, while the draft's float32
     probabilities (gamma × vocab × 4) are held. A prefill of P tokens (the engine's first forward of a
     turn: prompt suffix + draft) is counted without scores, since its long forwards use sdpa's fused
-    kernels; P = 0 leaves prefill out.
+    kernels; P = 0 leaves prefill out. With `sessions` N, one batched step (engine/batch.py) carries
+    every session's rows in one target forward and one draft forward per chain step, and a wave of N
+    agents may all prefill in the same step, so every row count and held q is N times one session's.
     """
+    n = check_sessions(sessions)
     k = gamma + 1
     prefill = min(prefill_tokens, context)
     act = _activation_bytes(dtype)
-    held_q = gamma * target.vocab * _LOGIT_BYTES
-    need = _forward_bytes(target, k, k, context, act) + held_q
+    held_q = n * gamma * target.vocab * _LOGIT_BYTES
+    need = _forward_bytes(target, n * k, n * k, context, act) + held_q
     if prefill:
-        need = max(need, _forward_bytes(target, prefill + gamma, k, 0, act))
+        need = max(need, _forward_bytes(target, n * (prefill + gamma), n * k, 0, act))
     if draft is not None and gamma:
         dact = _activation_bytes(draft_dtype or dtype)
-        step = _forward_bytes(draft, 1, 1, context, dact) + held_q  # one draft token, earlier q rows held
-        need = max(need, step, _forward_bytes(draft, prefill, 1, 0, dact) if prefill else 0)
+        step = _forward_bytes(draft, n, n, context, dact) + held_q  # one draft token each, earlier q rows held
+        need = max(need, step, _forward_bytes(draft, n * prefill, n, 0, dact) if prefill else 0)
     return need
 
 
@@ -403,12 +424,16 @@ def estimate_memory(
     overhead_bytes: int = 0,
     prefill_tokens: int = 0,
     drafter_bytes_per_token: float = 0.0,
+    sessions: int = 1,
 ) -> MemoryEstimate:
     """Peak bytes of decoding `context` tokens with `gamma` draft tokens per step (gamma 0: plain decoding).
 
     `drafter_bytes_per_token`: the drafter's own per-position state (mtp_state_bytes_per_token,
-    layer_skip_state_bytes_per_token), counted over the context like the KV.
+    layer_skip_state_bytes_per_token), counted over the context like the KV. `sessions`: sessions served
+    at once, each up to `context` tokens; the weights (and drafter weights) count once, each session's
+    target KV, draft KV and drafter state N times, the batched step's workspace N sessions' rows.
     """
+    check_sessions(sessions)
     for name, value in (
         ("context", context),
         ("gamma", gamma),
@@ -420,13 +445,14 @@ def estimate_memory(
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
     draft_dtype = draft_dtype or dtype
+    # Each session's caches are its own (engine/session.py): one session's bytes, times the sessions.
     return MemoryEstimate(
         target_weights=math.ceil(target.params * dtype_bytes(dtype)),
-        target_kv=kv_bytes_for(target, context, kv_dtype or dtype),
+        target_kv=kv_bytes_for(target, context, kv_dtype or dtype) * sessions,
         draft_weights=math.ceil(draft.params * dtype_bytes(draft_dtype)) if draft else 0,
-        draft_kv=kv_bytes_for(draft, context, kv_dtype or draft_dtype) if draft else 0,
+        draft_kv=kv_bytes_for(draft, context, kv_dtype or draft_dtype) * sessions if draft else 0,
         drafter_weights=drafter_weight_bytes,
-        drafter_kv=math.ceil(drafter_bytes_per_token * context),
+        drafter_kv=math.ceil(drafter_bytes_per_token * context) * sessions,
         workspace=workspace_bytes(
             target,
             dtype=dtype,
@@ -435,10 +461,12 @@ def estimate_memory(
             draft=draft,
             draft_dtype=draft_dtype,
             prefill_tokens=prefill_tokens,
+            sessions=sessions,
         ),
         overhead=overhead_bytes,
         dtype=dtype,
         context=context,
+        sessions=sessions,
     )
 
 
@@ -449,7 +477,10 @@ def context_cap(target: ModelShape, draft: ModelShape | None = None) -> int | No
 
 
 def largest_context(target: ModelShape, ceiling_bytes: int, **kwargs: Any) -> int:
-    """Largest context whose estimate_memory(**kwargs) fits `ceiling_bytes`, capped at position limits; 0 if none."""
+    """Largest context whose estimate_memory(**kwargs) fits `ceiling_bytes`, capped at position limits; 0 if none.
+
+    With `sessions=N` it is the context each of N sessions may hold at once (a server's `-c` is N times it).
+    """
     if "context" in kwargs:
         raise TypeError("largest_context chooses the context itself; do not pass context=")
 
@@ -490,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafter-gib", type=float, default=0.0, help="other drafter weights (MTP heads), GiB")
     parser.add_argument("--overhead-gib", type=float, default=0.0, help="fixed runtime overhead, GiB")
     parser.add_argument("--ceiling-gib", type=float, help="memory ceiling: also print the largest context that fits")
+    parser.add_argument("--sessions", type=int, default=1, help="sessions served at once, each with its own KV")
     args = parser.parse_args(argv)
     try:
         target = model_shape(args.model)
@@ -503,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             drafter_weight_bytes=int(args.drafter_gib * GIB),
             overhead_bytes=int(args.overhead_gib * GIB),
             prefill_tokens=args.prefill,
+            sessions=args.sessions,
         )
         estimate = estimate_memory(target, context=args.context, **kwargs)
         best = largest_context(target, int(args.ceiling_gib * GIB), **kwargs) if args.ceiling_gib is not None else None
@@ -518,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: context {args.context} exceeds the models' position limit of {cap} tokens")
     if best is not None:
         capped = " (the models' position limit)" if best == cap else ""
-        print(f"largest context under {args.ceiling_gib:g} GiB: {best} tokens{capped}")
+        each = "" if args.sessions == 1 else f" per session ({args.sessions} sessions at once)"
+        print(f"largest context under {args.ceiling_gib:g} GiB: {best} tokens{each}{capped}")
     return 0
 
 

@@ -434,3 +434,85 @@ def _context(history):
     from engine.sampling import SamplingParams
 
     return DraftContext(history, 4, SamplingParams(), None)
+
+
+# ---- several sessions at once ----------------------------------------------------------------------------------
+
+
+SESSION_CASES = {
+    "plain": {"dtype": "bfloat16"},
+    "draft": {"dtype": "bfloat16", "gamma": 4, "with_draft": True, "prefill_tokens": 512},
+    "mtp": {"dtype": "float32", "gamma": 3, "drafter_weight_bytes": 12345, "mtp_state": True},
+    "quantised": {"dtype": "q4_k_m", "kv_dtype": "q8_0", "gamma": 2, "overhead_bytes": 777},
+}
+
+
+def _session_kwargs(shapes: dict[str, ModelShape], case: str) -> dict:
+    from engine.memory import mtp_state_bytes_per_token
+
+    kwargs = dict(SESSION_CASES[case])
+    if kwargs.pop("with_draft", False):
+        kwargs["draft"] = shapes["draft"]
+    if kwargs.pop("mtp_state", False):
+        kwargs["drafter_bytes_per_token"] = mtp_state_bytes_per_token(shapes["target"], kwargs["dtype"])
+    return kwargs
+
+
+@pytest.mark.parametrize("case", sorted(SESSION_CASES))
+def test_four_sessions_add_three_sessions_of_kv_and_share_the_weights(shapes, case):
+    kwargs = _session_kwargs(shapes, case)
+    one = estimate_memory(shapes["target"], context=1000, **kwargs)
+    assert one == estimate_memory(shapes["target"], context=1000, sessions=1, **kwargs)  # the default is one
+    four = estimate_memory(shapes["target"], context=1000, sessions=4, **kwargs)
+    for per_session in ("target_kv", "draft_kv", "drafter_kv"):
+        assert getattr(four, per_session) == getattr(one, per_session) * 4, f"{per_session} is not 4 sessions' worth"
+    for shared in ("target_weights", "draft_weights", "drafter_weights", "overhead"):
+        assert getattr(four, shared) == getattr(one, shared), f"{shared} counted per session"
+    kv_dtype = kwargs.get("kv_dtype", kwargs["dtype"])
+    assert four.target_kv - one.target_kv == 3 * kv_bytes_for(shapes["target"], 1000, kv_dtype)
+    # One batched step carries four sessions' rows: its transient grows, never shrinks.
+    assert four.workspace == workspace_bytes(
+        shapes["target"],
+        dtype=kwargs["dtype"],
+        context=1000,
+        gamma=kwargs.get("gamma", 0),
+        draft=kwargs.get("draft"),
+        prefill_tokens=kwargs.get("prefill_tokens", 0),
+        sessions=4,
+    )
+    assert one.workspace < four.workspace <= 4 * one.workspace
+    assert four.total == sum(four.as_dict()[p] for p in PARTS) and four.sessions == 4
+
+
+def test_sessions_in_the_record_and_the_description(shapes):
+    one = estimate_memory(shapes["target"], dtype="float32", context=100)
+    four = estimate_memory(shapes["target"], dtype="float32", context=100, sessions=4)
+    assert "sessions" not in one.as_dict() and four.as_dict()["sessions"] == 4  # one session: the record as before
+    assert "x 4 sessions" in four.describe() and "sessions" not in one.describe()
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
+def test_sessions_below_one_or_not_whole_are_refused(shapes, bad):
+    with pytest.raises(ValueError, match="sessions must be an integer >= 1"):
+        estimate_memory(shapes["target"], dtype="float32", context=100, sessions=bad)
+    with pytest.raises(ValueError, match="sessions must be an integer >= 1"):
+        workspace_bytes(shapes["target"], dtype="float32", context=100, sessions=bad)
+
+
+def test_largest_context_per_session_shrinks_with_sessions_and_is_exact(shapes):
+    target = dataclasses.replace(shapes["target"], max_positions=None)
+    kwargs = {"dtype": "bfloat16", "gamma": 4}
+    ceiling = estimate_memory(target, context=20_000, **kwargs).total
+    alone = largest_context(target, ceiling, **kwargs)
+    four = largest_context(target, ceiling, sessions=4, **kwargs)
+    assert 0 < four < alone
+    assert estimate_memory(target, context=four, sessions=4, **kwargs).total <= ceiling
+    assert estimate_memory(target, context=four + 1, sessions=4, **kwargs).total > ceiling
+
+
+def test_cli_sessions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--model", str(TARGET), "--dtype", "float32", "--sessions", "4", "--ceiling-gib", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "x 4 sessions" in out and "per session (4 sessions at once)" in out
+    assert main(["--model", str(TARGET), "--dtype", "float32", "--sessions", "0"]) == 2
+    assert "sessions must be an integer >= 1" in capsys.readouterr().err
