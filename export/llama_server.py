@@ -44,10 +44,14 @@ from export.record import (
     NONE,
     ExportRecord,
     Mapping,
+    PerLevel,
+    at_level,
     draft_length,
     gamma_rows,
+    levels_in_order,
     lookup_child,
     no_equivalent,
+    speculation_on,
     typed_options,
 )
 
@@ -75,6 +79,7 @@ KNOWN_FLAGS = {
     "-m": "target model file (GGUF)",
     "-c": "size of the prompt context (0 = from the model)",
     "-np": "number of server slots",
+    "--kv-unified": "one KV buffer shared by all slots (each may grow to the whole -c)",
     "--spec-type": "comma-separated speculative types: " + ", ".join(SPEC_TYPES),
     "--model-draft": "draft model file (GGUF); alias of --spec-draft-model / -md",
     "--spec-draft-n-max": "tokens to draft (draft-* types; default 3)",
@@ -362,6 +367,15 @@ def not_runnable(engine: EngineConfig) -> str | None:
 
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     """The flags (name, value or None) and the Mapping rows for llama-server."""
+    return build_at(record, 1)
+
+
+def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping]]:
+    """The flags and Mapping rows for `level` agents at once running `record.engine`.
+
+    `record.context` is what each agent may hold at that level (engine.memory with sessions=level); the
+    server's `-c` is the pool of `level` such contexts (pool_context). Level 1 is `build`'s single slot.
+    """
     if record.engine.drafter == "mtp":  # the MTP layer lives inside the target's GGUF
         mtp = record.mtp or ""
         model = mtp if mtp.endswith(".gguf") else f"<mimo2-gguf-of:{record.target}+{record.mtp}>"
@@ -375,13 +389,60 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
             "the same weights converted to GGUF unquantized (convert_hf_to_gguf.py); quantizing changes acceptance",
         )
     ]
-    if record.context > 0:
+    if record.context > 0 and level == 1:
         flags.append(("-c", str(record.context)))
         rows.append(_row(f"context={record.context}", EXACT, "-c: the largest context that fit the VRAM ceiling"))
-    flags.append(("-np", "1"))
-    rows.append(_row("one session at a time", EXACT, "-np 1: one slot, as spectune measured one agent at a time"))
+    elif record.context > 0:
+        pool = pool_context(record.context, level)
+        flags.append(("-c", str(pool)))
+        rows.append(
+            _row(
+                f"context={record.context} per agent",
+                EXACT,
+                f"-c {pool} = {level} x {record.context}: one KV pool (--kv-unified) in which every slot may grow to "
+                "the context that fit the VRAM ceiling with this many sessions",
+            )
+        )
+    flags += _slot_flags(level)
+    if level == 1:
+        rows.append(_row("one session at a time", EXACT, "-np 1: one slot, as spectune measured one agent at a time"))
+    else:
+        rows.append(
+            _row(
+                f"concurrency={level}",
+                EXACT,
+                f"-np {level} --kv-unified: {level} slots decoded together, as spectune measured {level} agents "
+                "at once",
+            )
+        )
     spec_flags, spec_rows = speculation(record.engine, record.draft)
     return flags + spec_flags, rows + spec_rows
+
+
+def build_level(record: ExportRecord, best: PerLevel, level: int) -> tuple[list[Flag], list[Mapping]]:
+    """llama-server for `level` agents with the best configuration measured at that level (`best[level]`).
+
+    A llama-server runs one `-np`, so a concurrency study exports one server per level: `-np level`,
+    that level's `--spec-type` flags, or `--spec-type none` where nothing beat OFF at that load.
+    """
+    if level not in levels_in_order(best):
+        raise ValueError(f"level {level} was not measured (measured: {', '.join(map(str, sorted(best)))})")
+    config = best[level]
+    flags, rows = build_at(at_level(record, config), level)
+    if not speculation_on(config):
+        rows.append(
+            _row(
+                f"concurrency={level}: speculation off",
+                EXACT,
+                "no configuration beat OFF at this load: --spec-type none",
+            )
+        )
+    return flags, rows
+
+
+def level_args(record: ExportRecord, best: PerLevel) -> dict[int, list[str]]:
+    """The llama-server command-line words for every measured level (build_level), lowest level first."""
+    return {level: argv(build_level(record, best, level)[0]) for level in levels_in_order(best)}
 
 
 def slot_args(concurrency: int) -> list[str]:
@@ -390,9 +451,13 @@ def slot_args(concurrency: int) -> list[str]:
     Without `--kv-unified` llama-server splits `-c` evenly between the slots, so each agent would get a
     fraction of the context it has alone; with it every slot may grow to the whole context (`pool_context`).
     """
+    return argv(_slot_flags(concurrency))
+
+
+def _slot_flags(concurrency: int) -> list[Flag]:
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    return ["-np", str(concurrency)] + (["--kv-unified"] if concurrency > 1 else [])
+    return [("-np", str(concurrency))] + ([("--kv-unified", None)] if concurrency > 1 else [])
 
 
 def pool_context(context: int, concurrency: int) -> int:

@@ -14,7 +14,6 @@ speculative flags), and its README says what was measured and why. A decision is
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from engine.engine import EngineConfig
 from export import llama_server, readme, spectune_yaml
 from export.files import write_atomic
 from export.fit import FOLDERS, SERVERS
-from export.record import ExportRecord, Mapping
+from export.record import ExportRecord, Mapping, off_record
 
 INDEX = "README.md"
 SPECTUNE = "spectune"
@@ -30,9 +29,7 @@ SPECTUNE = "spectune"
 
 def off(record: ExportRecord) -> ExportRecord:
     """The same export with speculation off (sampling and seed kept)."""
-    e = record.engine
-    plain = EngineConfig(drafter="none", temperature=e.temperature, top_k=e.top_k, top_p=e.top_p, seed=e.seed)
-    return replace(record, engine=plain, draft=None, mtp=None)
+    return off_record(record)
 
 
 def folder_name(target: str) -> str:

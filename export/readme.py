@@ -7,7 +7,7 @@ from typing import Any
 
 from export import llama_server, sglang, spectune_yaml, vllm
 from export.files import write_atomic
-from export.record import APPROXIMATE, EXACT, ExportRecord, Mapping
+from export.record import APPROXIMATE, EXACT, ExportRecord, Mapping, PerLevel, level_configuration, levels_in_order
 
 FILE = "README.md"
 FIT_WORDS = {EXACT: "exactly", APPROXIMATE: "approximately", "none": "not at all"}
@@ -106,6 +106,24 @@ def mapping_lines(rows: list[Mapping]) -> list[str]:
     for r in rows:
         reason = r.reason.replace("|", "\\|")
         lines.append(f"| {r.setting} | {r.target} | {FIT_WORDS[r.fit]} | {reason} |")
+    return lines
+
+
+def levels_lines(best: PerLevel, speedups: dict[int, Any] | None = None) -> list[str]:
+    """The concurrency levels measured as a markdown table: agents at once, the best there, its speedup.
+
+    `speedups[level]`: the paired speedup over OFF at that level, a number or a dict with speedup, low and high
+    (a decision's `search` entry); a level without one shows "-".
+    """
+    lines = ["| agents at once | best configuration | speedup over OFF at that level |", "|---|---|---|"]
+    for level in levels_in_order(best):
+        s = (speedups or {}).get(level)
+        s = s if isinstance(s, dict) else {"speedup": s}
+        speedup = "-" if s.get("speedup") is None else f"{s['speedup']:.2f}x"
+        if speedup != "-" and s.get("low") is not None and s.get("high") is not None:
+            speedup += f" [{s['low']:.2f}, {s['high']:.2f}]"
+        config = level_configuration(best[level]).replace("|", "\\|")
+        lines.append(f"| {level} | {config} | {speedup} |")
     return lines
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.acceptance import AcceptanceRule
@@ -106,3 +106,47 @@ def lookup_child(engine: EngineConfig, options: Any) -> tuple[str, Any] | None:
         if name in children:
             return name, children[name]
     return None
+
+
+# The best configuration found at each measured concurrency level (agents in flight at once), as the tuner
+# hands it to the exporters: None where nothing beat speculation OFF at that level.
+PerLevel = dict[int, EngineConfig | None]
+
+
+def levels_in_order(best: PerLevel) -> list[int]:
+    """The measured levels of `best`, lowest first; ValueError when there is none or a level is not an int >= 1."""
+    if not best:
+        raise ValueError("no concurrency level measured: give the best configuration of at least one level")
+    for level, config in best.items():
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise ValueError(f"a concurrency level is a whole number of agents >= 1, got {level!r}")
+        if config is not None and not isinstance(config, EngineConfig):
+            raise ValueError(f"level {level}: expected an EngineConfig or None (speculation off), got {config!r}")
+    return sorted(best)
+
+
+def speculation_on(config: EngineConfig | None) -> bool:
+    """Whether a level's best speculates (None and drafter=none are both speculation off)."""
+    return config is not None and config.drafter != "none"
+
+
+def off_record(record: ExportRecord) -> ExportRecord:
+    """The same export with speculation off (sampling and seed kept, no draft or MTP weights)."""
+    e = record.engine
+    plain = EngineConfig(drafter="none", temperature=e.temperature, top_k=e.top_k, top_p=e.top_p, seed=e.seed)
+    return replace(record, engine=plain, draft=None, mtp=None)
+
+
+def at_level(record: ExportRecord, config: EngineConfig | None) -> ExportRecord:
+    """`record` with one level's best configuration, or speculation off where that level has none."""
+    return replace(record, engine=config) if speculation_on(config) else off_record(record)
+
+
+def level_configuration(config: EngineConfig | None) -> str:
+    """A level's best in one short line: drafter, draft length, policy and options, or 'speculation off'."""
+    if not speculation_on(config):
+        return "speculation off"
+    policy = "" if config.gamma_policy == "fixed" else f" {config.gamma_policy}"
+    ceiling = f" max_gamma={config.max_gamma}" if config.gamma_policy == "heuristic" else ""
+    options = "".join(f" {k}={v}" for k, v in sorted(config.options.items()))
+    return f"{config.drafter} gamma={config.gamma}{policy}{ceiling}{options}"

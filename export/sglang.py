@@ -9,6 +9,11 @@ SGLang's documentation: NGRAM builds a trie over prompts and outputs of all requ
 stored and matched, BFS breadth 1 keeps one chain; NGRAM runs on CUDA only; STANDALONE drafts with a separate
 small model. Server arguments that are not speculative (--model-path, --context-length,
 --max-running-requests) go on the command line in the header comment, not in the flag lines.
+
+Concurrency (`build_levels`): no flag of the pinned set sets a draft length per batch size. The nearest,
+--speculative-adaptive, "dynamically adjusts num_steps based on acceptance rate" (not on load), tuned by the
+JSON file of --speculative-adaptive-config; neither carries a table measured per level. So a concurrency
+study exports the best of one level (by default the highest measured) with --max-running-requests set to it.
 """
 
 from __future__ import annotations
@@ -26,10 +31,15 @@ from export.record import (
     NONE,
     ExportRecord,
     Mapping,
+    PerLevel,
+    at_level,
     draft_length,
     gamma_rows,
+    level_configuration,
+    levels_in_order,
     lookup_child,
     no_equivalent,
+    speculation_on,
     typed_options,
 )
 
@@ -171,12 +181,22 @@ def _acceptance(engine: EngineConfig, rule: AcceptanceRule, lossy: bool) -> tupl
 
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     """The speculative flags (name, value) and the Mapping rows for SGLang."""
+    return build_at(record, 1)
+
+
+def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping]]:
+    """The speculative flags and Mapping rows for `level` requests at once running `record.engine`."""
+    if level < 1:
+        raise ValueError(f"concurrency must be >= 1, got {level}")
     engine = record.engine
     options, rule = typed_options(engine)
     rows = [_row(f"model={record.model_name}", EXACT, "--model-path: the same target weights")]
     if record.context > 0:
         rows.append(_row(f"context={record.context}", EXACT, "server argument --context-length"))
-    rows.append(_row("one session at a time", EXACT, "server argument --max-running-requests 1"))
+    if level == 1:
+        rows.append(_row("one session at a time", EXACT, "server argument --max-running-requests 1"))
+    else:
+        rows.append(_row(f"concurrency={level}", EXACT, f"server argument --max-running-requests {level}"))
     flags: list[Flag] = []
     if engine.drafter == "none":
         rows.append(_row("drafter=none", EXACT, "speculation off: no --speculative-algorithm"))
@@ -212,11 +232,45 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     return flags, rows
 
 
-def command(record: ExportRecord) -> str:
-    """The launch command that reads sglang.args."""
+def build_levels(record: ExportRecord, best: PerLevel, level: int | None = None) -> tuple[list[Flag], list[Mapping]]:
+    """SGLang for a concurrency study: the best of one measured level (default: the highest), at that load.
+
+    SGLang 0.5.23 has no draft length per batch size (module docstring), so the other levels' best are not
+    carried: a row says which level is exported and what was best elsewhere (exact when every level agrees).
+    `record.context` is the context per request at that level; run it with command(record, level).
+    """
+    levels = levels_in_order(best)
+    # The highest level is the load --max-running-requests sizes the server for; there a configuration that
+    # only helps lighter loads (or speculation at all) costs every request's throughput, so its best goes.
+    chosen = levels[-1] if level is None else level
+    if chosen not in best:
+        raise ValueError(f"level {chosen} was not measured (measured: {', '.join(map(str, levels))})")
+    flags, rows = build_at(at_level(record, best[chosen]), chosen)
+    measured = "; ".join(f"{n}: {level_configuration(best[n])}" for n in levels)
+    exported = f"the best at {chosen} at once ({level_configuration(best[chosen])})"
+    if all(_same(best[n], best[chosen]) for n in levels):
+        row = _row(f"best per level: {measured}", EXACT, f"the same configuration was best at every level: {exported}")
+    else:
+        row = _row(
+            f"best per level: {measured}",
+            APPROXIMATE,
+            f"exported {exported}; SGLang sets no draft length per batch size (--speculative-adaptive adjusts "
+            "num_steps by acceptance rate, not by load; --speculative-adaptive-config holds that mode's tuning "
+            "knobs), so the other levels' best are not carried: at those loads this server runs the exported one",
+        )
+    return flags, [*rows, row]
+
+
+def _same(a: EngineConfig | None, b: EngineConfig | None) -> bool:
+    """Two levels' best are the same configuration (None and drafter=none are both speculation off)."""
+    return (a if speculation_on(a) else None) == (b if speculation_on(b) else None)
+
+
+def command(record: ExportRecord, running: int = 1) -> str:
+    """The launch command that reads sglang.args (`running`: requests at once, --max-running-requests)."""
     context = f" --context-length {record.context}" if record.context > 0 else ""
     return (
-        f"python -m sglang.launch_server --model-path {record.target}{context} --max-running-requests 1 "
+        f"python -m sglang.launch_server --model-path {record.target}{context} --max-running-requests {running} "
         f"$(grep -v '^#' {FILE})"
     )
 

@@ -9,6 +9,12 @@ length; max_spec_factor caps speculation at factor x prefix match length; min_to
 whose frequency-count estimate reaches it; max_cached_requests sizes the global tree of past responses
 (FIFO), 0 disables it and leaves the per-request prompt tree. max_model_len in SpeculativeConfig is the
 draft's: the served context is the server argument --max-model-len.
+
+Concurrency (`build_levels`): num_speculative_tokens_per_batch_size `[[lo, hi, k], ...]` drafts k tokens at
+batch sizes lo..hi (k clamped to num_speculative_tokens, 0 = no drafting); as vLLM's dynamic-SD lookup
+reads it (vllm/v1/spec_decode/dynamic/utils.py) the first range starts at 1, ranges are sorted and do not
+overlap, and batch sizes past the last range keep its k. It changes the draft length only: one method and
+one set of options serve every batch size.
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ from export.record import (
     NONE,
     ExportRecord,
     Mapping,
+    PerLevel,
     draft_length,
     gamma_rows,
+    level_configuration,
+    levels_in_order,
     lookup_child,
     no_equivalent,
+    speculation_on,
     typed_options,
 )
 
@@ -38,6 +48,7 @@ TARGET = "vLLM"
 VERSION = "vLLM 0.33.0"
 METHODS = ("ngram", "suffix", "draft_model")  # the SpeculativeMethod values this exporter writes
 GLOBAL_TREE_REQUESTS = 10000  # vLLM's default suffix_decoding_max_cached_requests
+PER_BATCH_SIZE = "num_speculative_tokens_per_batch_size"
 
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
@@ -155,51 +166,163 @@ def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any
 
 def build(record: ExportRecord) -> tuple[dict[str, Any], list[Mapping]]:
     """The speculative config dict and the Mapping rows for vLLM."""
-    engine = record.engine
-    options, rule = typed_options(engine)
+    config, rows = _speculative(record.engine, record.draft)
+    return config, [*_model_rows(record), _one_session_row(), *rows, *_rule_rows(record.engine)]
+
+
+def _model_rows(record: ExportRecord) -> list[Mapping]:
     rows = [_row(f"model={record.model_name}", EXACT, "vllm serve the same target weights")]
     if record.context > 0:
         rows.append(_row(f"context={record.context}", EXACT, "server argument --max-model-len (not in this JSON)"))
-    rows.append(
-        _row("one session at a time", EXACT, "server argument --max-num-seqs 1 reproduces spectune's single agent")
-    )
+    return rows
+
+
+def _one_session_row() -> Mapping:
+    return _row("one session at a time", EXACT, "server argument --max-num-seqs 1 reproduces spectune's single agent")
+
+
+def _speculative(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any], list[Mapping]]:
+    """The speculative config of `engine` ({} = speculation off) and the drafter's rows."""
+    options, _ = typed_options(engine)
     if engine.drafter == "none":
-        config: dict[str, Any] = {}
-        rows.append(_row("drafter=none", EXACT, "speculation off: start vLLM without --speculative-config"))
-    elif engine.drafter == "ngram":
-        config, more = _ngram(engine, options)
-        rows += more
-    elif engine.drafter == "suffix":
-        config, more = _suffix(engine, options)
-        rows += more
-    elif engine.drafter == "draft_model":
-        config, more = _draft_model(engine, record.draft)
-        rows += more
-    elif (child := lookup_child(engine, options)) is not None:
+        return {}, [_row("drafter=none", EXACT, "speculation off: start vLLM without --speculative-config")]
+    if engine.drafter == "ngram":
+        return _ngram(engine, options)
+    if engine.drafter == "suffix":
+        return _suffix(engine, options)
+    if engine.drafter == "draft_model":
+        return _draft_model(engine, draft)
+    if (child := lookup_child(engine, options)) is not None:
         config, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
-        rows += [_combined_row(engine.drafter, child[0]), *more]
-    else:
-        config = {}
-        rows.append(_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET)))
+        return config, [_combined_row(engine.drafter, child[0]), *more]
+    return {}, [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
+
+
+def _rule_rows(engine: EngineConfig) -> list[Mapping]:
+    """The acceptance rule's and the sampling's rows."""
+    _, rule = typed_options(engine)
     if rule.lossy:
-        rows.append(
-            _row(
-                f"acceptance={engine.acceptance}",
-                NONE,
-                "vLLM 0.33.0 verifies losslessly (rejection_sample_method 'standard'): no lossy rule, so acceptance "
-                "and speedup there are lower than measured with this rule",
-            )
+        acceptance = _row(
+            f"acceptance={engine.acceptance}",
+            NONE,
+            "vLLM 0.33.0 verifies losslessly (rejection_sample_method 'standard'): no lossy rule, so acceptance "
+            "and speedup there are lower than measured with this rule",
         )
     else:
-        rows.append(_row("acceptance=exact", EXACT, "rejection_sample_method 'standard' (vLLM's default) is lossless"))
-    rows.append(
-        _row(
-            f"sampling (temperature={engine.temperature}, top_k={engine.top_k}, top_p={engine.top_p})",
-            EXACT,
-            "per request: send the same temperature / top_p, and top_k -1 where spectune's is 0 (off)",
-        )
+        acceptance = _row("acceptance=exact", EXACT, "rejection_sample_method 'standard' (vLLM's default) is lossless")
+    sampling = _row(
+        f"sampling (temperature={engine.temperature}, top_k={engine.top_k}, top_p={engine.top_p})",
+        EXACT,
+        "per request: send the same temperature / top_p, and top_k -1 where spectune's is 0 (off)",
     )
-    return config, rows
+    return [acceptance, sampling]
+
+
+def batch_size_ranges(lengths: dict[int, int], max_num_seqs: int | None = None) -> list[list[int]]:
+    """`[[lo, hi, k], ...]` from the draft length k measured best at each level (0 = speculation off there).
+
+    A level's k holds from that level up to just below the next measured one; the lowest level's k also
+    covers the batch sizes below it (vLLM needs the first range to start at 1); the last range ends at
+    `max_num_seqs` (default: the highest level), so the ranges cover 1..max_num_seqs without a gap.
+    """
+    levels = sorted(lengths)
+    if not levels or levels[0] < 1:
+        raise ValueError(f"levels must be whole numbers >= 1, got {levels}")
+    end = _last_batch_size(levels, max_num_seqs)
+    if any(lengths[level] < 0 for level in levels):
+        raise ValueError(f"draft lengths must be >= 0, got {lengths}")
+    starts = [1, *levels[1:]]
+    ends = [nxt - 1 for nxt in levels[1:]] + [end]
+    return [[lo, hi, lengths[level]] for lo, hi, level in zip(starts, ends, levels, strict=True)]
+
+
+def _last_batch_size(levels: list[int], max_num_seqs: int | None) -> int:
+    """Where the last range ends: `max_num_seqs`, which must reach the highest level, else that level."""
+    if max_num_seqs is None:
+        return levels[-1]
+    if max_num_seqs < levels[-1]:
+        raise ValueError(f"max_num_seqs={max_num_seqs} is below the highest measured level {levels[-1]}")
+    return max_num_seqs
+
+
+def _options_key(config: dict[str, Any]) -> dict[str, Any]:
+    """A speculative config without what depends on the draft length (which the table varies per batch size)."""
+    key = {k: v for k, v in config.items() if k != "num_speculative_tokens"}
+    if "suffix_decoding_max_tree_depth" in key:  # written as max_match + draft length: compare max_match
+        key["suffix_decoding_max_tree_depth"] -= config["num_speculative_tokens"]
+    return key
+
+
+def build_levels(
+    record: ExportRecord, best: PerLevel, max_num_seqs: int | None = None
+) -> tuple[dict[str, Any] | None, list[Mapping]]:
+    """One speculative config for every measured level: the best level's method with a per-batch-size length.
+
+    `best` maps each measured level (agents at once) to its best configuration, None where nothing beat
+    OFF. Each level drafts its own draft length (0 where speculation is off there) through
+    num_speculative_tokens_per_batch_size; num_speculative_tokens is the longest. vLLM varies only the
+    length per batch size, so this needs every speculating level to export the same method and options:
+    otherwise the config is None and the first row says why (export one level's `build` instead).
+    `max_num_seqs` (default: the highest level) is the server's --max-num-seqs, where the last range ends.
+    """
+    levels = levels_in_order(best)
+    end = _last_batch_size(levels, max_num_seqs)
+    head = [*_model_rows(record), _row(f"concurrency {', '.join(map(str, levels))}", EXACT, f"--max-num-seqs {end}")]
+    lengths: dict[int, int] = {}
+    speculating: dict[int, tuple[dict[str, Any], list[Mapping]]] = {}
+    for level in levels:
+        config = best[level]
+        if not speculation_on(config):
+            lengths[level] = 0
+            continue
+        spec, rows = _speculative(config, record.draft)
+        if not spec:
+            why = next(r.reason for r in rows if r.fit == NONE)
+            return None, [
+                _row(PER_BATCH_SIZE, NONE, f"level {level}'s best, {config.drafter}, does not run here: {why}")
+            ]
+        lengths[level], speculating[level] = spec["num_speculative_tokens"], (spec, rows)
+    table = batch_size_ranges(lengths, max_num_seqs)
+    if not speculating:
+        off = _row(
+            PER_BATCH_SIZE, EXACT, "speculation off at every level measured: start vLLM without --speculative-config"
+        )
+        return {}, [*head, off, *_rule_rows(record.engine)]
+    shapes = {level: _options_key(spec) for level, (spec, _) in speculating.items()}
+    first = min(shapes)
+    other = next((level for level in sorted(shapes) if shapes[level] != shapes[first]), None)
+    if other is not None:
+        reason = (
+            f"level {first} runs {level_configuration(best[first])} and level {other} "
+            f"{level_configuration(best[other])}: vLLM takes one method and one set of options for every batch "
+            "size, varying only the draft length"
+        )
+        return None, [_row(PER_BATCH_SIZE, NONE, reason)]
+    longest = max(speculating, key=lambda level: lengths[level])  # its config carries the longest length
+    spec, rows = speculating[longest]
+    config = {**spec, PER_BATCH_SIZE: table}
+    # Every speculating level's acceptance rule, once each: a lossy one at any level is not reproduced here.
+    rules = dict.fromkeys(row for level in sorted(speculating) for row in _rule_rows(best[level]))
+    return config, [*head, _table_row(table, best, levels, spec), *rows, *rules]
+
+
+def _table_row(table: list[list[int]], best: PerLevel, levels: list[int], spec: dict[str, Any]) -> Mapping:
+    """How the measured levels carry over as batch-size ranges (approximately: what a batch size is differs)."""
+    ranges = ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in table)
+    reason = (
+        f"draft length per batch size {ranges} (0: no drafting), from the best at each level; vLLM looks k up by "
+        "the requests scheduled in a step, while a level counts agents in flight (an agent between turns is not "
+        "in the batch), and batch sizes between measured levels keep the lower level's length"
+    )
+    if levels[0] > 1:
+        reason += f"; batch sizes below {levels[0]} were not measured and take its length"
+    if spec.get("method") == "suffix":
+        reason += (
+            "; method suffix: whether its proposer shortens drafts to the table's k is not verified in the pinned "
+            "key set (it caps drafts at num_speculative_tokens): re-measure at each level"
+        )
+    setting = "best per level: " + "; ".join(f"{level}: {level_configuration(best[level])}" for level in levels)
+    return _row(setting, APPROXIMATE, reason)
 
 
 def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
