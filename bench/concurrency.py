@@ -237,7 +237,7 @@ def render(report: dict[str, Any]) -> None:
 
 def describe_crossover(entry: dict[str, Any]) -> str:
     """One phrase: where ON stops beating OFF over the levels measured."""
-    levels = sorted(entry["ratios"])
+    levels = sorted(int(n) for n in entry["ratios"])  # JSON keys are strings
     below = entry["first_level_below_1"]
     if below is None:
         return f"ON at least as fast as OFF at every level measured ({', '.join(map(str, levels))} agents)"
