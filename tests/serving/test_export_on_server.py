@@ -68,3 +68,28 @@ def test_the_exported_flags_start_llama_server_with_speculation_as_written(
     else:
         assert drafted > 0, f"{case}: llama-server ran {' '.join(args)} but drafted nothing"
         assert metrics["llamacpp:spec_decode_num_draft_tokens_total"] == drafted
+
+
+def test_per_level_exports_start_llama_server_with_a_slot_per_agent(binary, ggufs, repetitive_prompt, tmp_path):
+    """A concurrency study's llama-server export per level: `-np N` slots that all draft where the level's best is
+    ON, and none where speculation is off at that load (export/llama_server.level_args)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    best = {1: EngineConfig(drafter="ngram", gamma=3), 2: EngineConfig(drafter="ngram", gamma=2), 3: None}
+    record = make_record(best[1], target=str(ggufs["target"]), context=1024)
+    for level, args in llama_server.level_args(record, best).items():
+        assert args[args.index("-np") + 1] == str(level) and args[args.index("-c") + 1] == str(1024 * level)
+        assert ("--kv-unified" in args) == (level > 1)
+        log = tmp_path / f"server-{level}.log"
+        with LlamaServer(binary, ggufs["target"], args, log_path=log) as server:
+
+            def ask(slot: int, server=server) -> dict:
+                body = {"prompt": repetitive_prompt, "n_predict": 32, "id_slot": slot, "return_tokens": True}
+                return server.post("/completion", body)
+
+            with ThreadPoolExecutor(max_workers=level) as pool:
+                replies = list(pool.map(ask, range(level)))  # every slot at once
+        for reply in replies:
+            assert len(reply["tokens"]) > 0
+            drafted = reply["timings"].get("draft_n", 0)
+            assert drafted > 0 if best[level] is not None else drafted == 0, (level, args)
