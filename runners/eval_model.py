@@ -28,6 +28,7 @@ from rich.table import Table
 
 from agents.loop import STATUSES as AGENT_STATUSES
 from runners.cli import CONF_DIR, run_command
+from runners.concurrency import concurrency_summary
 from runners.config import baseline_config, check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
 from runners.outcomes import SideRun
@@ -177,6 +178,8 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
             console.print(f"[yellow]interrupted:[/] writing a partial eval of {len(runs)} finished task run(s)")
         with stop.hold():
             result = _result(cfg, instances, models, runs, plain, partial, stop.signal_name if partial else None)
+            if comparison.waves:  # run.concurrency > 1: the waves' throughput and request latency
+                result["concurrency"] = concurrency_summary(comparison.waves)
             paths = [out_dir / EVAL_FILE, out_dir / PREDICTIONS_FILE]
             write_atomic(paths[0], dumps_strict(result))
             write_atomic(paths[1], _predictions([r for r in runs if r.repeat == 0], cfg.model.name))

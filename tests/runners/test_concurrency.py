@@ -83,3 +83,13 @@ def test_two_sigterms_mid_wave_stop_every_agent(tmp_path):
     assert summary["partial"] is True and summary["interrupted"] == "SIGTERM"
     assert _alive(tree) == set(), "processes the runner started outlived it"
     assert _leftovers(f"{proc.pid}.") == []
+
+
+def test_eval_model_with_two_agents_reports_their_throughput(tmp_path):
+    from runners.eval_model import evaluate_model
+
+    result = evaluate_model(_cfg(tmp_path, "run.concurrency=2", "run.warmup=false", "run.name=ev2"))
+    block = result["concurrency"]
+    assert block["agents"] == 2 and [w["side"] for w in block["waves"]] == ["baseline"]
+    assert block["waves"][0]["tasks"] == 3 and block["sides"]["baseline"]["correct_tasks_per_minute"] > 0
+    assert json.loads((tmp_path / "ev2" / "eval.json").read_text())["concurrency"]["agents"] == 2
