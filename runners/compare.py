@@ -19,7 +19,7 @@ comparable token by token.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -90,6 +90,8 @@ class Comparison:
         self.concurrency = workload.concurrency  # agents in flight at once (runners/concurrency.py)
         self.waves: list[Wave] = []  # at concurrency > 1: each side's pass over each repeat's tasks
         self._abort = threading.Event()  # set when a wave is interrupted: its agents stop at their next call
+        # Progress inside a wave: (wave, run, finished, total) as each of its episodes ends (runners/report.py).
+        self.on_episode: Callable[[Wave, SideRun, int, int], None] | None = None
         # The baseline takes the candidate's sampling and seed; without a candidate, `plain`'s (default greedy).
         reference = candidate if candidate is not None else (workload.plain or EngineConfig())
         self.seed = reference.seed
@@ -182,7 +184,7 @@ class Comparison:
                 if backend is None:
                     continue
                 wave = Wave(side, repeat, self.concurrency)
-                run_wave(wave, todo, partial(self._wave_episode, backend, wave), self._abort)
+                run_wave(wave, todo, partial(self._wave_episode, backend, wave), self._abort, self.on_episode)
                 self.waves.append(wave)
                 runs[side] = {index: run for (index, _), run in zip(todo, wave.runs, strict=True)}
             for index, instance in todo:

@@ -81,12 +81,33 @@ class AbortableModel(PassThroughModel):
         return out
 
 
-def run_wave(wave: Wave, tasks: list[Any], episode: Callable[[Any], SideRun], abort: threading.Event) -> Wave:
-    """Run `episode(task)` for every task with `wave.agents` threads; fills the wave's runs (in task order) and wall."""
+def run_wave(
+    wave: Wave,
+    tasks: list[Any],
+    episode: Callable[[Any], SideRun],
+    abort: threading.Event,
+    on_done: Callable[[Wave, SideRun, int, int], None] | None = None,
+) -> Wave:
+    """Run `episode(task)` for every task with `wave.agents` threads; fills the wave's runs (in task order) and wall.
+
+    `on_done(wave, run, finished, total)` is called as each episode finishes (on its thread): progress.
+    """
     t0 = time.perf_counter()
     pool = ThreadPoolExecutor(max_workers=wave.agents, thread_name_prefix=f"agent-{wave.side}")
+    finished = [0]
+    lock = threading.Lock()
+
+    def report(future: Any) -> None:
+        if on_done is None or future.cancelled() or future.exception() is not None:
+            return
+        with lock:
+            finished[0] += 1
+            on_done(wave, future.result(), finished[0], len(tasks))
+
     try:
         futures = [pool.submit(episode, task) for task in tasks]
+        for future in futures:
+            future.add_done_callback(report)
         wave.runs = [f.result() for f in futures]
     except BaseException:
         abort.set()  # the agents' next model calls end their episodes

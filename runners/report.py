@@ -191,6 +191,19 @@ class RunProgress:
                 soft_wrap=True,
             )
 
+    def episode(self, wave: Any, run: Any, finished: int, total: int) -> None:
+        """One episode of a wave (several agents at once) ended: the wave's own count, before its outcomes arrive."""
+        label = "OFF" if wave.side == "baseline" else "ON"
+        self.progress.update(self.task, description=f"tasks ({label} wave r{wave.repeat}: {finished}/{total})")
+        if self.plain_lines:
+            self.progress.console.print(
+                f"[{label} wave r{wave.repeat} {finished}/{total}, {wave.agents} agents] {run.instance_id}: "
+                f"{'resolved' if run.success else run.status} {run.time_s:.1f}s",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+
 
 def _side_line(outcome: TaskOutcome) -> str:
     """`OFF resolved 1.9s · ON resolved 2.1s` for one finished task run."""

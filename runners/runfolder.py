@@ -220,6 +220,7 @@ def record_until_stopped(
     """
     try:
         with RunProgress(comparison.remaining(), progress, console) as bar:
+            comparison.on_episode = bar.episode  # several agents at once: progress inside each wave
             for outcome in until_stopped(comparison, stop):
                 append_outcome(out_dir, outcome)  # a killed run keeps it (run.resume=true)
                 outcomes.append(outcome)

@@ -13,11 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 
+from runners.concurrency import Wave, run_wave
 from runners.config import register_configs
+from runners.outcomes import SideRun
 from runners.run import execute
 from tests.runners.test_runner_killed import ROOT, _alive, _leftovers, _wait_for_a_command
 
@@ -93,3 +97,31 @@ def test_eval_model_with_two_agents_reports_their_throughput(tmp_path):
     assert block["agents"] == 2 and [w["side"] for w in block["waves"]] == ["baseline"]
     assert block["waves"][0]["tasks"] == 3 and block["sides"]["baseline"]["correct_tasks_per_minute"] > 0
     assert json.loads((tmp_path / "ev2" / "eval.json").read_text())["concurrency"]["agents"] == 2
+
+
+def _run(iid: str) -> SideRun:
+    return SideRun(iid, "baseline", 0, "submitted", True, "resolved", 1.0, 0.1)
+
+
+def test_a_wave_reports_each_episode_and_an_error_stops_the_others():
+    seen: list[tuple[str, int, int]] = []
+    wave = run_wave(
+        Wave("baseline", 0, 2),
+        ["a", "b", "c"],
+        _run,
+        threading.Event(),
+        lambda w, run, finished, total: seen.append((run.instance_id, finished, total)),
+    )
+    assert [r.instance_id for r in wave.runs] == ["a", "b", "c"] and wave.wall_s > 0
+    assert sorted(f for _, f, _ in seen) == [1, 2, 3] and {t for _, _, t in seen} == {3}
+
+    abort = threading.Event()
+
+    def broken(iid: str) -> SideRun:
+        if iid == "b":
+            raise RuntimeError("boom")
+        return _run(iid)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_wave(Wave("candidate", 0, 2), ["a", "b", "c"], broken, abort)
+    assert abort.is_set()  # the other agents stop at their next model call
