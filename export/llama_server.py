@@ -366,8 +366,8 @@ def not_runnable(engine: EngineConfig) -> str | None:
 
 
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
-    """The flags (name, value or None) and the Mapping rows for llama-server."""
-    return build_at(record, 1)
+    """The flags (name, value or None) and the Mapping rows for llama-server (`record.concurrency` slots)."""
+    return build_at(record, record.concurrency)
 
 
 def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping]]:

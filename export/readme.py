@@ -95,7 +95,8 @@ def _commands(record: ExportRecord, folder: Path) -> list[str]:
         f"- `{spectune_yaml.FILE}`: rerun the measurement in spectune:",
         f"  `{spectune_yaml.rerun_command(str(folder.resolve()))}`",
         f"- `{llama_server.FILE}` ({llama_server.BUILD}): `llama-server $(grep -v '^#' {llama_server.FILE})`",
-        f"- `{vllm.FILE}` ({vllm.VERSION}): `vllm serve {record.target}{context} --max-num-seqs 1{spec}`",
+        f"- `{vllm.FILE}` ({vllm.VERSION}): `vllm serve {record.target}{context} --max-num-seqs "
+        f"{record.concurrency}{spec}`",
         f"- `{sglang.FILE}` ({sglang.VERSION}): `{sglang.command(record)}`",
     ]
 

@@ -28,6 +28,8 @@ class ExportRecord:
     composed_config: dict[str, Any]  # the full Hydra config (plain dict) that `python -m runners.run` reruns
     # MTP weights for drafter=mtp: the module folder (model.mtp), or a GGUF holding target + module (serving.mtp_gguf)
     mtp: str | None = None
+    # Agents at once the configuration was measured with (a tuner.concurrency level): the servers get that many slots
+    concurrency: int = 1
 
 
 @dataclass(frozen=True)

@@ -180,8 +180,8 @@ def _acceptance(engine: EngineConfig, rule: AcceptanceRule, lossy: bool) -> tupl
 
 
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
-    """The speculative flags (name, value) and the Mapping rows for SGLang."""
-    return build_at(record, 1)
+    """The speculative flags (name, value) and the Mapping rows for SGLang (`record.concurrency` requests at once)."""
+    return build_at(record, record.concurrency)
 
 
 def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping]]:
@@ -266,8 +266,9 @@ def _same(a: EngineConfig | None, b: EngineConfig | None) -> bool:
     return (a if speculation_on(a) else None) == (b if speculation_on(b) else None)
 
 
-def command(record: ExportRecord, running: int = 1) -> str:
-    """The launch command that reads sglang.args (`running`: requests at once, --max-running-requests)."""
+def command(record: ExportRecord, running: int | None = None) -> str:
+    """The launch command that reads sglang.args (`running`: requests at once, default the record's concurrency)."""
+    running = record.concurrency if running is None else running
     context = f" --context-length {record.context}" if record.context > 0 else ""
     return (
         f"python -m sglang.launch_server --model-path {record.target}{context} --max-running-requests {running} "

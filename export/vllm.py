@@ -167,7 +167,7 @@ def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any
 def build(record: ExportRecord) -> tuple[dict[str, Any], list[Mapping]]:
     """The speculative config dict and the Mapping rows for vLLM."""
     config, rows = _speculative(record.engine, record.draft)
-    return config, [*_model_rows(record), _one_session_row(), *rows, *_rule_rows(record.engine)]
+    return config, [*_model_rows(record), _sessions_row(record.concurrency), *rows, *_rule_rows(record.engine)]
 
 
 def _model_rows(record: ExportRecord) -> list[Mapping]:
@@ -177,8 +177,16 @@ def _model_rows(record: ExportRecord) -> list[Mapping]:
     return rows
 
 
-def _one_session_row() -> Mapping:
-    return _row("one session at a time", EXACT, "server argument --max-num-seqs 1 reproduces spectune's single agent")
+def _sessions_row(concurrency: int) -> Mapping:
+    if concurrency == 1:
+        return _row(
+            "one session at a time", EXACT, "server argument --max-num-seqs 1 reproduces spectune's single agent"
+        )
+    return _row(
+        f"concurrency={concurrency}",
+        EXACT,
+        f"server argument --max-num-seqs {concurrency}: as many sequences as spectune measured agents at once",
+    )
 
 
 def _speculative(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any], list[Mapping]]:

@@ -59,6 +59,9 @@ class TunerConf:
     revisit: str = "skip"  # a parameter set measured before: skip (reuse its value) | repeat (pool more repeats)
     serve: Any = None  # null: every server | a server name or list (llama-server, vllm, sglang): only what they run
     min_speedup: float = 1.0  # export speculation ON only when the confirmed interval's lower end exceeds this
+    # Agents at once to tune for: one study per level, each measured (and confirmed) paired with OFF at that level.
+    # [1] by default: the main command's time budget covers one level; [1, 4] adds the load test's level.
+    concurrency: list[int] = field(default_factory=lambda: [1])
 
 
 @dataclass

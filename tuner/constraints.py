@@ -40,6 +40,7 @@ class MemoryFacts:
     overhead_bytes: int
     measured_on_cuda: bool
     mtp_weight_bytes: int = 0  # the loaded MTP module's own tensors (the full LM head and embedding are the target's)
+    sessions: int = 1  # sessions served at once (a tuner.concurrency level): each with its KV at the context
 
 
 def memory_facts(
@@ -87,6 +88,7 @@ def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int
         "overhead_bytes": facts.overhead_bytes,
         "drafter_weight_bytes": facts.mtp_weight_bytes if needs.mtp else 0,
         "drafter_bytes_per_token": drafter_state_bytes_per_token(config.drafter, options, facts.target, facts.dtype),
+        "sessions": facts.sessions,
     }
     estimate = estimate_memory(facts.target, context=capacity_bound(needed_context), **kwargs)
     return {

@@ -49,7 +49,7 @@ from tuner.config import register_tune_configs
 from tuner.confirm import confirm
 from tuner.plots import save_study_plots
 from tuner.report import trials_table
-from tuner.setup import TuneSetup, prepare
+from tuner.setup import TuneSetup, at_level, prepare
 from tuner.storage import open_storage
 from tuner.tracking import make_study_tracker
 from tuner.winners import SPECTUNE, Decision, decide, pick_winners
@@ -210,10 +210,11 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         confirmed=confirmation or {},
         cost_ratios=trial.user_attrs.get("cost_ratios"),
         composed_config=setup.runner_config(engine),
+        concurrency=setup.tuner.concurrency,
     )
 
 
-def _off_record(setup: TuneSetup) -> ExportRecord:
+def off_export_record(setup: TuneSetup) -> ExportRecord:
     """The export of speculation off, for a target with no feasible winner."""
     paths = setup.model_paths
     return ExportRecord(
@@ -227,6 +228,7 @@ def _off_record(setup: TuneSetup) -> ExportRecord:
         confirmed={},
         cost_ratios=None,
         composed_config=setup.runner_config(setup.base),
+        concurrency=setup.tuner.concurrency,
     )
 
 
@@ -266,7 +268,11 @@ def finish(
         "trials": {s.name: sum(t.state == s and studies.role(t) != "finish" for t in trials) for s in studies.FINISHED},
         "best": studies.trial_row(best) if best else None,
         "baseline": studies.trial_row(baseline) if baseline else None,
-        "winners": {target: d.to_dict() for target, d in decisions.items()},
+        "winners": {
+            target: {**d.to_dict(), "engine": w.trial.user_attrs["engine"] if w.trial is not None else None}
+            for (target, d), w in zip(decisions.items(), winners.values(), strict=True)
+        },
+        "concurrency": setup.tuner.concurrency,
         "confirmations": {str(n): c for n, c in confirmations.items()},
         "drift": drift(trials),
         "exports": [str(p) for p in exports],
@@ -302,7 +308,7 @@ def _write_best(
         record = None
         if winner.trial is not None:
             record = export_record(setup, winner.trial, confirmations.get(winner.trial.number))
-        data = {**decision.to_dict(), "off_record": _off_record(setup)}
+        data = {**decision.to_dict(), "off_record": off_export_record(setup)}
         paths += write_target(fresh / folder_name(target), target, record, data)
         rows.append(
             {
@@ -394,10 +400,19 @@ def print_result(summary: dict[str, Any], setup: TuneSetup, console: Console, tr
 
 
 def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Finish the named study now (even with trials still running elsewhere: they are left out)."""
+    """Finish the named study now (even with trials still running elsewhere: they are left out).
+
+    A concurrency level's study: name its level, `tuner.concurrency=[4]` finishes `<study.name>-n4`.
+    """
     console = console or Console(stderr=True)
     with GracefulStop(console) as stop:
         setup = prepare(cfg)
+        if len(setup.tuner.levels) != 1:
+            raise ValueError(
+                f"tuner.concurrency={list(setup.tuner.levels)}: name the one level whose study to finish, e.g. "
+                f"tuner.concurrency=[{setup.tuner.levels[-1]}]"
+            )
+        setup = at_level(setup, setup.tuner.levels[0])
         storage = open_storage(
             setup.study.storage,
             setup.study_dir,

@@ -150,6 +150,7 @@ class Objective:
         trial.set_user_attr("owner", owner_token())
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("reason", None)
+        trial.set_user_attr("concurrency", self.workload.concurrency)  # agents at once in both sides' waves
         try:
             if role == "finish":
                 trial.set_user_attr("reason", "a claim on finishing the study, not a trial")

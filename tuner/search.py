@@ -28,15 +28,21 @@ from runners.interrupt import GracefulStop, Interrupted
 from runners.report import table_console
 from tuner import study as studies
 from tuner.config import register_tune_configs
-from tuner.finish import SUMMARY_FILE, claim, finish, others_running, release
+from tuner.finish import SUMMARY_FILE, claim, finish, off_export_record, others_running, release
+from tuner.levels import write_levels
 from tuner.optimize import run_study
 from tuner.report import trials_table
-from tuner.setup import prepare
+from tuner.setup import TuneSetup, at_level, prepare
 from tuner.tracking import make_study_tracker
 
 
 def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run (or resume) the study; the last worker finishes it. Returns the summary."""
+    """Run (or resume) the study of every tuner.concurrency level; the last worker finishes each. Returns the summary.
+
+    One level (the default [1]): that study's summary, as always. Several: one study per level, in order
+    (tuner/setup.py `at_level`), then runs/<name>/levels/ (tuner/levels.py); the summary is the lowest level's
+    with `levels` holding every level's.
+    """
     console = console or _wide(Console(stderr=True))
     started = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what happens; keep Optuna's warnings
@@ -47,40 +53,66 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             raise Interrupted(stop, "while loading") from None
         if stop.requested:
             raise Interrupted(stop, "while loading")
-        t = setup.tracking
-        tracker = make_study_tracker(t.enabled, t.uri, t.experiment, setup.study_dir)
-        run = run_study(setup, stop=stop, console=console, tracker=tracker)
-        summary: dict[str, Any] = {"study": setup.study.name, "resumed": run.resumed}
-        if stop.requested:
-            console.print(
-                f"[yellow]interrupted:[/] the study is saved; rerun the same command to resume ({setup.study_dir})"
-            )
-            return _partial(setup, run, stop, summary, started)
-        running = others_running(run.study)
-        spent = run.exhausted or studies.budget_left(run.study, setup.tuner.trials) == 0
-        if running or not spent:
-            trials = run.study.get_trials(deepcopy=False)
-            table_console().print(trials_table(trials, f"study {setup.study.name} (this worker is done)"))
-            who = ", ".join(f"{r.number} on {r.user_attrs.get('host', '?')}" for r in running)
-            console.print(
-                f"other worker(s) still run trial(s) {who or '-'}: the last one to finish confirms and exports "
-                f"(or run: python -m tuner.finish study.name={setup.study.name} with this command's overrides)"
-            )
-            return {**summary, "finished_by": "another worker"}
-        token = claim(run.study, run.storage)
-        if token is None:
-            console.print("another worker is finishing the study (confirmation and export); nothing left to do here")
-            return {**summary, "finished_by": "another worker"}
-        try:
-            summary = {**finish(setup, run.study, stop=stop, console=console, tracker=tracker), **summary}
-        finally:
-            release(run.storage, token, "finished the study" if not stop.requested else "finish interrupted")
-        summary["timings"] = {
-            **summary.get("timings", {}),
-            "search_s": run.search_s,
-            "total_s": time.monotonic() - started,
+        levels = setup.tuner.levels
+        summaries: dict[int, dict[str, Any]] = {}
+        for level in levels:
+            at = at_level(setup, level)
+            if len(levels) > 1:
+                console.print(f"[bold]{level} agent(s) at once[/]: study {at.study.name} ({at.study_dir})")
+            summaries[level] = _study(at, stop, console, started)
+            if stop.requested or "winners" not in summaries[level]:
+                break  # interrupted, or another worker finishes this level: the levels' answer is not complete
+        if len(levels) == 1:
+            return summaries[levels[0]]
+        if len(summaries) < len(levels) or stop.requested:  # the levels' answer is incomplete: no levels/ export
+            return {**summaries[levels[0]], "levels": {str(n): s for n, s in summaries.items()}}
+        written = write_levels(setup, summaries, off_export_record(at_level(setup, levels[0])))
+        console.print(f"levels: {written['readme']} (the best configuration at each load, per target)")
+        summary = {
+            **summaries[levels[0]],
+            "levels": {str(n): s for n, s in summaries.items()},
+            "levels_export": written,
         }
         write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
+    return summary
+
+
+def _study(setup: TuneSetup, stop: GracefulStop, console: Console, started: float) -> dict[str, Any]:
+    """One level's study: its trials, then (as the last worker) its confirmation and export."""
+    t = setup.tracking
+    tracker = make_study_tracker(t.enabled, t.uri, t.experiment, setup.study_dir)
+    run = run_study(setup, stop=stop, console=console, tracker=tracker)
+    summary: dict[str, Any] = {"study": setup.study.name, "resumed": run.resumed}
+    if stop.requested:
+        console.print(
+            f"[yellow]interrupted:[/] the study is saved; rerun the same command to resume ({setup.study_dir})"
+        )
+        return _partial(setup, run, stop, summary, started)
+    running = others_running(run.study)
+    spent = run.exhausted or studies.budget_left(run.study, setup.tuner.trials) == 0
+    if running or not spent:
+        trials = run.study.get_trials(deepcopy=False)
+        table_console().print(trials_table(trials, f"study {setup.study.name} (this worker is done)"))
+        who = ", ".join(f"{r.number} on {r.user_attrs.get('host', '?')}" for r in running)
+        console.print(
+            f"other worker(s) still run trial(s) {who or '-'}: the last one to finish confirms and exports "
+            f"(or run: python -m tuner.finish study.name={setup.study.name} with this command's overrides)"
+        )
+        return {**summary, "finished_by": "another worker"}
+    token = claim(run.study, run.storage)
+    if token is None:
+        console.print("another worker is finishing the study (confirmation and export); nothing left to do here")
+        return {**summary, "finished_by": "another worker"}
+    try:
+        summary = {**finish(setup, run.study, stop=stop, console=console, tracker=tracker), **summary}
+    finally:
+        release(run.storage, token, "finished the study" if not stop.requested else "finish interrupted")
+    summary["timings"] = {
+        **summary.get("timings", {}),
+        "search_s": run.search_s,
+        "total_s": time.monotonic() - started,
+    }
+    write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
     return summary
 
 

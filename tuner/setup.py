@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,8 @@ class TunerSettings:
     revisit: str
     serve: tuple[str, ...]  # server names the search is restricted to (empty: every server)
     min_speedup: float
+    levels: tuple[int, ...] = (1,)  # tuner.concurrency: the levels the run tunes for, one study each
+    concurrency: int = 1  # the level this setup's study measures (at_level)
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,39 @@ def _choice(value: Any, allowed: tuple[str, ...], key: str) -> None:
         raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
+def concurrency_levels(value: Any) -> tuple[int, ...]:
+    """`tuner.concurrency` as sorted distinct levels; ValueError unless every item is a whole number >= 1."""
+    items = [value] if isinstance(value, int) else list(value or [])
+    if not items or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in items):
+        raise ValueError(f"tuner.concurrency={value!r}: a list of agents-at-once levels, each >= 1 (e.g. [1, 4])")
+    return tuple(sorted(set(items)))
+
+
+def at_level(setup: TuneSetup, level: int) -> TuneSetup:
+    """The setup of one concurrency level's study: level 1 is the study as named; level N is `<name>-n<N>`.
+
+    At N agents at once every side runs as waves of N agents (runners/concurrency.py), measured live (a recorded
+    replay is one agent's turns) on the wall clock (decoding runs on the scheduler's thread, not the agent's),
+    the memory model counts N sessions, and the export gives the servers N slots.
+    """
+    if level == 1:
+        return replace(setup, tuner=replace(setup.tuner, concurrency=1))
+    name = f"{setup.study.name}-n{level}"
+    composed = _copy(setup.composed)
+    composed["run"]["concurrency"] = level
+    composed["study"]["name"] = name
+    return replace(
+        setup,
+        study=replace(setup.study, name=name),
+        tuner=replace(setup.tuner, concurrency=level, measure="live", clock="wall"),
+        study_dir=setup.study_dir.parent / name,
+        workload=setup.workload.with_(concurrency=level),
+        memory=replace(setup.memory, sessions=level),
+        fingerprint={**setup.fingerprint, "concurrency": level},
+        composed=composed,
+    )
+
+
 def serve_list(value: Any) -> tuple[str, ...]:
     """`tuner.serve` as canonical server names; null means every server. Unknown names list the allowed ones."""
     if value is None:
@@ -171,9 +206,14 @@ def check(cfg: DictConfig) -> EngineConfig:
     serve_list(t.serve)
     if cfg.run.concurrency != 1:
         raise ValueError(
-            f"run.concurrency={cfg.run.concurrency}: the tuner measures one agent at a time for now (tuning per "
-            "concurrency level is not built yet); measure a configuration with N agents at once with "
-            "python -m runners.run ... run.concurrency=N"
+            f"run.concurrency={cfg.run.concurrency}: the tuner's levels are tuner.concurrency (a list, e.g. "
+            f"tuner.concurrency=[1,{cfg.run.concurrency}]: one study per level)"
+        )
+    levels = concurrency_levels(t.concurrency)
+    if t.measure == "replay" and any(level > 1 for level in levels):
+        raise ValueError(
+            "tuner.measure=replay with a tuner.concurrency level above 1: replay sends one agent's recorded turns; "
+            "several agents at once are measured live (tuner.measure=auto does that per level)"
         )
     if t.measure == "replay" and cfg.space.allow_lossy:
         raise ValueError(
@@ -261,6 +301,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
             revisit=t.revisit,
             serve=serve,
             min_speedup=float(t.min_speedup),
+            levels=concurrency_levels(t.concurrency),
         ),
         tracking=TrackingSettings(enabled=tr.enabled, uri=tr.uri, experiment=tr.experiment),
         study_dir=study_dir,
