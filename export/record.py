@@ -144,11 +144,16 @@ def at_level(record: ExportRecord, config: EngineConfig | None) -> ExportRecord:
     return replace(record, engine=config) if speculation_on(config) else off_record(record)
 
 
+def _short(value: Any) -> Any:
+    """A tuned float option in 4 significant digits (0.08880673940430867 -> 0.08881); anything else as it is."""
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
 def level_configuration(config: EngineConfig | None) -> str:
     """A level's best in one short line: drafter, draft length, policy and options, or 'speculation off'."""
     if not speculation_on(config):
         return "speculation off"
     policy = "" if config.gamma_policy == "fixed" else f" {config.gamma_policy}"
     ceiling = f" max_gamma={config.max_gamma}" if config.gamma_policy == "heuristic" else ""
-    options = "".join(f" {k}={v}" for k, v in sorted(config.options.items()))
+    options = "".join(f" {k}={_short(v)}" for k, v in sorted(config.options.items()))
     return f"{config.drafter} gamma={config.gamma}{policy}{ceiling}{options}"

@@ -44,7 +44,9 @@ def speedups_per_level(summaries: dict[int, dict[str, Any]], target: str) -> dic
             continue  # an OFF level's candidate did not beat OFF: its figure is in the reasons below the table
         confirmed = winner.get("confirmed") or {}
         interval = confirmed.get("speedup_interval") or {}  # tuner/confirm.py: pooled, low, high, ...
-        out[level] = {"speedup": confirmed.get("speedup"), "low": interval.get("low"), "high": interval.get("high")}
+        # the pooled speedup the interval is about (what the decision and the console print), else the median
+        speedup = interval.get("pooled", confirmed.get("speedup"))
+        out[level] = {"speedup": speedup, "low": interval.get("low"), "high": interval.get("high")}
     return out
 
 
@@ -90,6 +92,8 @@ def write_levels(setup: TuneSetup, summaries: dict[int, dict[str, Any]], record:
             ]
         elif config == {}:
             lines += ["vLLM: speculation off at every load (no `--speculative-config`).", ""]
+        else:
+            lines += ["vLLM: no one configuration serves every load (below); run each level's own `best/vllm/`.", ""]
         lines += ["### vLLM over the levels", "", *mapping_lines(rows), ""]
     path = out_dir / "README.md"
     write_atomic(path, "\n".join(lines))
