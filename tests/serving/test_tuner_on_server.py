@@ -56,3 +56,26 @@ def test_the_space_leaves_out_what_llama_server_cannot_run():
     assert list(space.left_out) == ["layer_skip"] and "early-exit" in space.left_out["layer_skip"]
     with pytest.raises(ValueError, match="allow_lossy"):
         load_space({"drafters": {"ngram": {}}, "allow_lossy": True}, has_draft=False, backend="llama-server")
+
+
+def test_a_two_level_study_on_llama_server_measures_each_load_there(binary, ggufs, tmp_path):
+    """tuner.concurrency=[1,2] on the server: the level-2 study's trials ran live with 2 slots, its export has them."""
+    cfg = tune_config(
+        tmp_path,
+        "engine.backend=llama-server",
+        "space=llama-server",
+        "tuner.trials=1",
+        "tuner.concurrency=[1,2]",
+        f"server.target_gguf={ggufs['target']}",
+        drafters={"ngram": {"gamma": [3], "min_match": [2]}},
+    )
+    summary = execute(cfg)
+    runs = tmp_path / "runs"
+    assert sorted(summary["levels"]) == ["1", "2"]
+    rows = [json.loads(line) for line in (runs / "t-n2" / "trials.jsonl").read_text().splitlines()]
+    assert [(r["state"], r["user_attrs"]["concurrency"]) for r in rows] == [("COMPLETE", 2), ("COMPLETE", 2)]
+    assert rows[1]["user_attrs"]["measure"] == "live" and rows[1]["user_attrs"]["engine"]["backend"] == "llama-server"
+    args = (runs / "t-n2" / "best" / "llama-server" / "llama-server.args").read_text().split()
+    assert args[args.index("-np") + 1] == "2" and "--kv-unified" in args
+    assert (runs / "t" / "levels" / "README.md").is_file()
+    assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the study"
