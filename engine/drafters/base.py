@@ -10,7 +10,7 @@ children's needs. Not here: acceptance, the decode loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -168,3 +168,31 @@ class DrafterBase:
 
     def end(self, history: list[int], generated: list[int]) -> None:
         """Nothing to learn."""
+
+
+def propose_grouped(
+    drafters: Sequence[Any],
+    contexts: Sequence[DraftContext],
+    shared: Callable[[Any], object],
+    chain: Callable[[list[Any], list[DraftContext]], list[Draft]],
+    ready: Callable[[Any, DraftContext], bool] = lambda drafter, ctx: True,
+) -> list[Draft]:
+    """Drafts for several sessions of one drafter class: those sharing a model (`shared(drafter)`) chain together.
+
+    A session that is not `ready` proposes nothing this step; a group of one proposes alone (the single-session
+    path as it is); a larger group goes through `chain`, which drafts for all its sessions in one forward per
+    chain step. The drafts come back in the sessions' order.
+    """
+    drafts: list[Draft] = [Draft() for _ in drafters]
+    groups: dict[int, list[int]] = {}
+    for i, (drafter, ctx) in enumerate(zip(drafters, contexts, strict=True)):
+        if ready(drafter, ctx):
+            groups.setdefault(id(shared(drafter)), []).append(i)
+    for members in groups.values():
+        if len(members) == 1:
+            drafts[members[0]] = drafters[members[0]].propose(contexts[members[0]])
+            continue
+        chained = chain([drafters[i] for i in members], [contexts[i] for i in members])
+        for i, draft in zip(members, chained, strict=True):
+            drafts[i] = draft
+    return drafts

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs
+from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, propose_grouped
 from engine.kv import crop_cache, position_limit
 from engine.sampling import effective_probs, greedy_ids, sample
 
@@ -117,18 +117,7 @@ class DraftModelDrafter(DrafterBase):
         together; each keeps its own draft cache, catch-up tokens, budget, confidence stop, position limit
         and generator, so each gets the draft it would get alone (up to the batched linears' rounding).
         """
-        drafts: list[Draft] = [Draft() for _ in drafters]
-        groups: dict[int, list[int]] = {}
-        for i, drafter in enumerate(drafters):
-            groups.setdefault(id(drafter._forward), []).append(i)
-        for members in groups.values():
-            if len(members) == 1:  # alone: the single-session path as it is
-                drafts[members[0]] = drafters[members[0]].propose(contexts[members[0]])
-                continue
-            chained = _chain_together([drafters[i] for i in members], [contexts[i] for i in members])
-            for i, draft in zip(members, chained, strict=True):
-                drafts[i] = draft
-        return drafts
+        return propose_grouped(drafters, contexts, lambda drafter: drafter._forward, _chain_together)
 
     def _start(self, ctx: DraftContext) -> tuple[list[int], int]:
         """(tokens the draft must be fed first, most tokens to draft: 0 past its position limit), the cache synced."""

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
+from engine.drafters.base import (
+    Draft,
+    DraftContext,
+    DrafterBase,
+    DrafterResources,
+    Needs,
+    Verified,
+    propose_grouped,
+)
 from engine.kv import common_prefix, grown_capacity
 from engine.sampling import effective_probs, greedy_ids, sample
 
@@ -123,19 +131,13 @@ class MtpDrafter(DrafterBase):
         budget, confidence stop and generator, so each gets the draft it would get alone (up to the batched
         linears' rounding).
         """
-        drafts: list[Draft] = [Draft() for _ in drafters]
-        groups: dict[int, list[int]] = {}
-        for i, (drafter, ctx) in enumerate(zip(drafters, contexts, strict=True)):
-            if drafter._ready(ctx):  # the others propose nothing this step
-                groups.setdefault(id(drafter.module), []).append(i)
-        for members in groups.values():
-            if len(members) == 1:  # alone: the single-session path as it is
-                drafts[members[0]] = drafters[members[0]].propose(contexts[members[0]])
-                continue
-            chained = _chain_together([drafters[i] for i in members], [contexts[i] for i in members])
-            for i, draft in zip(members, chained, strict=True):
-                drafts[i] = draft
-        return drafts
+        return propose_grouped(
+            drafters,
+            contexts,
+            lambda drafter: drafter.module,
+            _chain_together,
+            lambda drafter, ctx: drafter._ready(ctx),
+        )
 
     def _ready(self, ctx: DraftContext) -> bool:
         """Whether the target's hidden state of the last history token is known (not on a turn's first step)."""
