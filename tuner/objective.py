@@ -150,7 +150,6 @@ class Objective:
         trial.set_user_attr("owner", owner_token())
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("reason", None)
-        trial.set_user_attr("concurrency", self.workload.concurrency)  # agents at once in both sides' waves
         try:
             if role == "finish":
                 trial.set_user_attr("reason", "a claim on finishing the study, not a trial")
@@ -207,6 +206,7 @@ class Objective:
         comparison = Comparison(self.workload, None, self._dir(trial), record=True)
         trial.set_user_attr("engine", asdict(comparison.baseline_engine.config))  # type: ignore[union-attr]
         trial.set_user_attr("measure", "recording")
+        trial.set_user_attr("concurrency", self.workload.concurrency)  # agents at once in both sides' waves
         outcomes, _ = self._run(trial, comparison, prune=False)
         ids = [i.instance_id for i in self.workload.instances]
         record = record_from_outcomes(outcomes, self.workload.repeats, ids, trial.number, socket.gethostname())
@@ -246,6 +246,7 @@ class Objective:
         lossy = Engine.validate(config)[1].lossy
         mode = measure_mode(self.setup.tuner.measure, config, lossy)
         trial.set_user_attr("measure", mode)
+        trial.set_user_attr("concurrency", self.workload.concurrency)
         trial.set_user_attr("clock", self.setup.tuner.clock)
         if mode == "replay":
             comparison: Comparison = ReplayComparison(self.workload, config, self._dir(trial), self.baseline.recording)
