@@ -182,27 +182,24 @@ class RunProgress:
                 parts.append(f"{label} {c[0]}/{c[1]} {per}")
         self.progress.update(self.task, advance=1, figures="  ".join(parts))
         self.done += 1
-        if self.plain_lines:
-            self.progress.console.print(
-                f"[{self.done}/{self.total}] {outcome.instance_id} r{outcome.repeat}: {_side_line(outcome)}"
-                f" | running: {'  '.join(parts)}",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+        self._plain(
+            f"[{self.done}/{self.total}] {outcome.instance_id} r{outcome.repeat}: {_side_line(outcome)}"
+            f" | running: {'  '.join(parts)}"
+        )
 
     def episode(self, wave: Any, run: Any, finished: int, total: int) -> None:
         """One episode of a wave (several agents at once) ended: the wave's own count, before its outcomes arrive."""
         label = "OFF" if wave.side == "baseline" else "ON"
         self.progress.update(self.task, description=f"tasks ({label} wave r{wave.repeat}: {finished}/{total})")
+        self._plain(
+            f"[{label} wave r{wave.repeat} {finished}/{total}, {wave.agents} agents] {run.instance_id}: "
+            f"{'resolved' if run.success else run.status} {run.time_s:.1f}s"
+        )
+
+    def _plain(self, text: str) -> None:
+        """One plain line, as is (no markup), where no live bar shows (a file or pipe)."""
         if self.plain_lines:
-            self.progress.console.print(
-                f"[{label} wave r{wave.repeat} {finished}/{total}, {wave.agents} agents] {run.instance_id}: "
-                f"{'resolved' if run.success else run.status} {run.time_s:.1f}s",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _side_line(outcome: TaskOutcome) -> str:
