@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
 
@@ -50,6 +52,14 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A model folder's JSON file (config.json); ValueError naming the file when it cannot be read as JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read it as JSON ({exc})") from None
+
+
 def converter_dir(explicit: str | Path | None = None) -> Path:
     """The folder holding convert_hf_to_gguf.py (explicit, else the pinned build's convert/)."""
     folder = Path(explicit) if explicit else build_dir() / "convert"
@@ -66,10 +76,12 @@ def export_gguf(
     pre: str = "default",
     converter: str | Path | None = None,
     mtp_layers: int | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Path:
     """Convert `model` to a GGUF file at `out`; returns it. Errors name the model and the converter's message.
 
     `mtp_layers`: how many MTP layers a mimo2 folder holds (serving/mtp_gguf.py); None for other models.
+    `extra_args`: more converter flags (serving/eagle3_gguf.py: `--target-model-dir TARGET`).
     """
     if kind not in TYPES:
         raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
@@ -82,7 +94,7 @@ def export_gguf(
         partial = Path(tmp.name)
     nextn = "" if mtp_layers is None else str(mtp_layers)
     argv = [sys.executable, "-c", _RUNNER, str(folder), pre, nextn, str(model), "--outfile", str(partial)]
-    argv += ["--outtype", kind]
+    argv += ["--outtype", kind, *extra_args]
     run = subprocess.run(argv, capture_output=True, text=True)
     if run.returncode != 0:
         partial.unlink(missing_ok=True)

@@ -31,20 +31,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from serving.gguf import TYPES, cache_file, export_gguf
+from serving.gguf import TYPES, cache_file, export_gguf, read_json
 
 ARCHITECTURE = "MiMoV2FlashForCausalLM"
 MODEL_TYPE = "spectune_mimo2"  # unknown to transformers on purpose (module docstring)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja")
 # The module's target-shape record (engine/mtp.py MtpConfig.target) against the target's config.json.
 _SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read it as JSON ({exc})") from None
 
 
 def _rope_theta(config: dict[str, Any]) -> float:
@@ -57,7 +50,7 @@ def _rope_theta(config: dict[str, Any]) -> float:
 
 def check_pair(target: Path, mtp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The target's and the module's configs, after checking they can be written as one mimo2 model."""
-    t, m = _json(target / "config.json"), _json(mtp / "config.json")
+    t, m = read_json(target / "config.json"), read_json(mtp / "config.json")
     if t.get("model_type") != "llama":
         raise ValueError(f"{target}: model_type {t.get('model_type')!r}; the mimo2 export takes a Llama target")
     if t.get("attention_bias") or t.get("mlp_bias"):
