@@ -55,6 +55,7 @@ def mapping_rows(engine: EngineConfig, server: str) -> list[Mapping]:
         cost_ratios=None,
         composed_config={},
         mtp="mtp" if needs.mtp else None,
+        eagle3="eagle3" if needs.eagle3 else None,
     )
     _, rows = SERVERS[server].build(record)
     return rows

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from engine.acceptance import AcceptanceRule
@@ -30,6 +32,10 @@ class ExportRecord:
     mtp: str | None = None
     # Agents at once the configuration was measured with (a tuner.concurrency level): the servers get that many slots
     concurrency: int = 1
+    # EAGLE-3 head for drafter=eagle3: its HF folder (vLLM and SGLang load it; python -m training.eagle3 writes one)
+    eagle3: str | None = None
+    # The head as the GGUF a llama-server study measured (serving.eagle3_gguf), None: convert the folder
+    eagle3_gguf: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,44 @@ def lookup_child(engine: EngineConfig, options: Any) -> tuple[str, Any] | None:
     return None
 
 
+@dataclass(frozen=True)
+class Eagle3Head:
+    """What the vLLM and SGLang exports read of an EAGLE-3 head folder (engine/eagle3.py's HF layout)."""
+
+    path: Path
+    config: dict[str, Any]  # its config.json
+    layer_ids: list[int]  # eagle_aux_hidden_state_layer_ids: inputs of these target decoder layers (llama.cpp, vLLM)
+    target_layers: int | None  # the target's decoder layer count (spectune block), None where not recorded
+    vocab_size: int  # the target's vocabulary
+    draft_vocab_size: int  # rows of its LM head
+    has_d2t: bool  # model.safetensors holds d2t
+
+
+def read_eagle3_head(folder: str | Path | None) -> Eagle3Head | None:
+    """The head at `folder`, or None where its config.json cannot be read here (a placeholder or another machine)."""
+    if not folder:
+        return None
+    path = Path(folder)
+    try:
+        config = json.loads((path / "config.json").read_text())
+        ids = [int(i) for i in config["eagle_aux_hidden_state_layer_ids"]]
+        vocab, draft_vocab = int(config["vocab_size"]), int(config.get("draft_vocab_size") or config["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    layers = ((config.get("spectune") or {}).get("target") or {}).get("num_hidden_layers")
+    return Eagle3Head(path, config, ids, layers, vocab, draft_vocab, _has_tensor(path / "model.safetensors", "d2t"))
+
+
+def _has_tensor(path: Path, name: str) -> bool:
+    """Whether the safetensors file at `path` holds tensor `name` (its JSON header only; False if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            return name in json.loads(f.read(size))
+    except (OSError, ValueError):
+        return False
+
+
 # The best configuration found at each measured concurrency level (agents in flight at once), as the tuner
 # hands it to the exporters: None where nothing beat speculation OFF at that level.
 PerLevel = dict[int, EngineConfig | None]
@@ -136,7 +180,7 @@ def off_record(record: ExportRecord) -> ExportRecord:
     """The same export with speculation off (sampling and seed kept, no draft or MTP weights)."""
     e = record.engine
     plain = EngineConfig(drafter="none", temperature=e.temperature, top_k=e.top_k, top_p=e.top_p, seed=e.seed)
-    return replace(record, engine=plain, draft=None, mtp=None)
+    return replace(record, engine=plain, draft=None, mtp=None, eagle3=None, eagle3_gguf=None)
 
 
 def at_level(record: ExportRecord, config: EngineConfig | None) -> ExportRecord:

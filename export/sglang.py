@@ -10,6 +10,17 @@ stored and matched, BFS breadth 1 keeps one chain; NGRAM runs on CUDA only; STAN
 small model. Server arguments that are not speculative (--model-path, --context-length,
 --max-running-requests) go on the command line in the header comment, not in the flag lines.
 
+EAGLE-3 (`eagle3`): --speculative-algorithm EAGLE3 with one chain (eagle-topk 1, num-draft-tokens = steps + 1).
+SGLang 0.5.23 reads the layers to capture only from the draft config's nested
+`eagle_config.eagle_aux_hidden_state_layer_ids` (srt/model_executor/model_runner_components/
+spec_aux_hidden_state.py `_resolve_eagle_aux_hidden_state`; without it, silently the default [2, n // 2, n - 3])
+and captures id k as the input of decoder layer k + 1 ("we plus 1 here": srt/models/llama.py
+`set_eagle3_layers_to_capture`, then `LlamaModel.forward` hands layers_to_capture to that layer's entry). So
+its id is spectune's (and llama.cpp's / vLLM's) id - 1, and the last layer's output (spectune id n_layers) is
+out of its reach (layer n never runs). `write` therefore puts a copy of the head's config.json with
+`eagle_config` = {ids - 1, use_aux_hidden_state} into `sglang-eagle3/` of the export folder, beside a link to the
+head's model.safetensors, and the flags point there. d2t offsets load as hot_token_id (srt/models/llama_eagle3.py).
+
 Concurrency (`build_levels`): no flag of the pinned set sets a draft length per batch size. The nearest,
 --speculative-adaptive, "dynamically adjusts num_steps based on acceptance rate" (not on load), tuned by the
 JSON file of --speculative-adaptive-config; neither carries a table measured per level. So a concurrency
@@ -24,11 +35,12 @@ from engine.acceptance import AcceptanceRule
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from export.files import write_atomic
+from export.files import dumps_strict, write_atomic
 from export.record import (
     APPROXIMATE,
     EXACT,
     NONE,
+    Eagle3Head,
     ExportRecord,
     Mapping,
     PerLevel,
@@ -39,6 +51,7 @@ from export.record import (
     levels_in_order,
     lookup_child,
     no_equivalent,
+    read_eagle3_head,
     speculation_on,
     typed_options,
 )
@@ -47,6 +60,7 @@ FILE = "sglang.args"
 TARGET = "SGLang"
 VERSION = "SGLang 0.5.23"
 Flag = tuple[str, str | None]
+HEAD_DIR = "sglang-eagle3"  # the EAGLE-3 head with SGLang's layer ids, in the export folder (module docstring)
 
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
@@ -156,6 +170,92 @@ def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], l
     return flags, rows
 
 
+def sglang_layer_ids(layer_ids: list[int]) -> list[int]:
+    """SGLang's eagle_aux_hidden_state_layer_ids for spectune's: it captures the input of layer id + 1."""
+    return [i - 1 for i in layer_ids]
+
+
+def _eagle3(engine: EngineConfig, folder: str | None, head_dir: str) -> tuple[list[Flag], list[Mapping]]:
+    head = read_eagle3_head(folder)
+    length = draft_length(engine)
+    if head is not None and head.target_layers is not None and max(head.layer_ids) >= head.target_layers:
+        return [], [
+            _row(
+                "drafter=eagle3",
+                NONE,
+                f"the head reads target layer id {max(head.layer_ids)}, the last layer's output: SGLang captures "
+                f"the input of layer id + 1 and the target has {head.target_layers} layers, so it never captures "
+                "it; exported with speculation off",
+            )
+        ]
+    flags = [
+        ("--speculative-algorithm", "EAGLE3"),
+        ("--speculative-draft-model-path", head_dir),
+        ("--speculative-num-steps", str(length)),
+        ("--speculative-eagle-topk", "1"),  # a chain, not a tree: spectune drafts one sequence
+        ("--speculative-num-draft-tokens", str(length + 1)),
+    ]
+    if head is None:
+        ids = _row(
+            "eagle3 layer ids",
+            APPROXIMATE,
+            f"{folder}/config.json could not be read here, so {HEAD_DIR}/ is not written: give SGLang a copy of the "
+            "head's config.json with eagle_config.eagle_aux_hidden_state_layer_ids = each of its ids - 1 beside its "
+            "model.safetensors (SGLang captures the input of layer id + 1 and reads only the nested key)",
+        )
+    else:
+        ids = _row(
+            f"eagle3 layer ids {head.layer_ids}",
+            EXACT,
+            f"{HEAD_DIR}/ holds the head's config.json with eagle_config.eagle_aux_hidden_state_layer_ids = "
+            f"{sglang_layer_ids(head.layer_ids)} (SGLang captures the input of layer id + 1) and a link to its "
+            "model.safetensors",
+        )
+    rows = [
+        _row(
+            "drafter=eagle3",
+            EXACT,
+            "EAGLE3 with the head (d2t as hot_token_id, the target's embedding), one chain (eagle-topk 1)",
+        ),
+        ids,
+        *gamma_rows(engine, TARGET, "--speculative-num-steps (and --speculative-num-draft-tokens = steps + 1)"),
+    ]
+    if engine.gamma_policy == "confidence":
+        rows.append(
+            _row(
+                f"gamma_policy=confidence (confidence={engine.confidence})",
+                NONE,
+                "no flag stops an EAGLE3 draft early on low confidence: SGLang drafts --speculative-num-steps",
+            )
+        )
+    if engine.temperature > 0:
+        rows.append(
+            _row(
+                f"temperature={engine.temperature} with an EAGLE-3 head",
+                APPROXIMATE,
+                "with eagle-topk 1 SGLang drafts the head's top token; spectune samples the draft: both lossless, "
+                "acceptance can differ",
+            )
+        )
+    return flags, rows
+
+
+def write_head_copy(out: Path, head: Eagle3Head) -> Path:
+    """`out`/config.json: the head's config with SGLang's eagle_config ids; `out`/model.safetensors: a link to its."""
+    own = head.config.get("eagle_config") or {}
+    ids = sglang_layer_ids(head.layer_ids)
+    config = {
+        **head.config,
+        "eagle_config": {**own, "eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+    }
+    write_atomic(out / "config.json", dumps_strict(config))
+    link = out / "model.safetensors"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to((head.path / "model.safetensors").resolve())
+    return out
+
+
 def _acceptance(engine: EngineConfig, rule: AcceptanceRule, lossy: bool) -> tuple[list[Flag], list[Mapping]]:
     if not lossy:
         return [], [_row("acceptance=exact", EXACT, "SGLang's default verification is lossless")]
@@ -184,8 +284,11 @@ def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     return build_at(record, record.concurrency)
 
 
-def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping]]:
-    """The speculative flags and Mapping rows for `level` requests at once running `record.engine`."""
+def build_at(record: ExportRecord, level: int, head_dir: str = HEAD_DIR) -> tuple[list[Flag], list[Mapping]]:
+    """The speculative flags and Mapping rows for `level` requests at once running `record.engine`.
+
+    `head_dir`: where the EAGLE-3 head with SGLang's layer ids is (`write` puts it in the export folder).
+    """
     if level < 1:
         raise ValueError(f"concurrency must be >= 1, got {level}")
     engine = record.engine
@@ -208,6 +311,9 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
         rows += more
     elif engine.drafter == "draft_model":
         flags, more = _draft_model(engine, record.draft)
+        rows += more
+    elif engine.drafter == "eagle3":
+        flags, more = _eagle3(engine, record.eagle3, head_dir)
         rows += more
     elif (child := lookup_child(engine, options)) is not None:
         flags, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
@@ -290,8 +396,12 @@ def render(record: ExportRecord, flags: list[Flag], rows: list[Mapping]) -> str:
 
 
 def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
-    """Write sglang.args into out_dir; returns its path and the Mapping rows."""
-    flags, rows = build(record)
+    """Write sglang.args into out_dir (and the EAGLE-3 head's SGLang copy); returns its path and the Mapping rows."""
+    folder = Path(out_dir).resolve() / HEAD_DIR
+    flags, rows = build_at(record, record.concurrency, str(folder))
+    head = read_eagle3_head(record.eagle3) if record.engine.drafter == "eagle3" and flags else None
+    if head is not None:
+        write_head_copy(folder, head)
     path = out_dir / FILE
     write_atomic(path, render(record, flags, rows))
     return path, rows

@@ -10,6 +10,14 @@ whose frequency-count estimate reaches it; max_cached_requests sizes the global 
 (FIFO), 0 disables it and leaves the per-request prompt tree. max_model_len in SpeculativeConfig is the
 draft's: the served context is the server argument --max-model-len.
 
+EAGLE-3 (`eagle3`): method "eagle3" with `model` = the head folder as spectune wrote it. vLLM 0.33.0 reads
+`eagle_aux_hidden_state_layer_ids` from the top level of the draft's config.json (a nested `eagle_config` only
+as a fallback; v1/worker/gpu_model_runner.py `_get_eagle3_aux_layers_from_config`) and captures id L as the
+residual stream entering target decoder layer L (models/interfaces.py `_maybe_add_hidden_state`, called by
+models/llama.py with start_layer before the first layer and idx + 1 after layer idx): spectune's and llama.cpp's
+convention, ids 0..n_layers all readable. The d2t offsets load as draft_id_to_target_id only where the draft
+vocabulary is smaller than the target's (models/llama_eagle3.py); a full-vocabulary head with a d2t is refused.
+
 Concurrency (`build_levels`): num_speculative_tokens_per_batch_size `[[lo, hi, k], ...]` drafts k tokens at
 batch sizes lo..hi (k clamped to num_speculative_tokens, 0 = no drafting); as vLLM's dynamic-SD lookup
 reads it (vllm/v1/spec_decode/dynamic/utils.py) the first range starts at 1, ranges are sorted and do not
@@ -39,6 +47,7 @@ from export.record import (
     levels_in_order,
     lookup_child,
     no_equivalent,
+    read_eagle3_head,
     speculation_on,
     typed_options,
 )
@@ -46,7 +55,7 @@ from export.record import (
 FILE = "vllm-speculative-config.json"
 TARGET = "vLLM"
 VERSION = "vLLM 0.33.0"
-METHODS = ("ngram", "suffix", "draft_model")  # the SpeculativeMethod values this exporter writes
+METHODS = ("ngram", "suffix", "draft_model", "eagle3")  # the SpeculativeMethod values this exporter writes
 GLOBAL_TREE_REQUESTS = 10000  # vLLM's default suffix_decoding_max_cached_requests
 PER_BATCH_SIZE = "num_speculative_tokens_per_batch_size"
 
@@ -143,30 +152,68 @@ def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any
     rows = [
         _row("drafter=draft_model", EXACT, "method draft_model with model = the draft weights (same tokenizer)"),
         *gamma_rows(engine, TARGET, "num_speculative_tokens"),
+        *_model_draft_rows(engine, "a draft model"),
     ]
+    return config, rows
+
+
+def _model_draft_rows(engine: EngineConfig, drafter: str) -> list[Mapping]:
+    """What a drafting model (a draft model, an EAGLE-3 head) does differently in vLLM: no early stop, greedy drafts."""
+    rows = []
     if engine.gamma_policy == "confidence":
         rows.append(
             _row(
                 f"gamma_policy=confidence (confidence={engine.confidence})",
                 NONE,
-                "no key stops a draft model early on low confidence: vLLM drafts num_speculative_tokens = gamma",
+                f"no key stops {drafter} early on low confidence: vLLM drafts num_speculative_tokens = gamma",
             )
         )
     if engine.temperature > 0:
         rows.append(
             _row(
-                f"temperature={engine.temperature} with a draft model",
+                f"temperature={engine.temperature} with {drafter}",
                 APPROXIMATE,
                 "vLLM drafts greedily by default (draft_sample_method 'greedy'); spectune samples the draft: "
                 "both lossless, acceptance can differ",
             )
         )
-    return config, rows
+    return rows
+
+
+def _eagle3(engine: EngineConfig, folder: str | None) -> tuple[dict[str, Any], list[Mapping]]:
+    """method eagle3 on the head folder as it is: vLLM 0.33.0 reads its layer ids in spectune's convention."""
+    head = read_eagle3_head(folder)
+    if head is not None and head.has_d2t and head.draft_vocab_size == head.vocab_size:
+        # models/llama_eagle3.py: draft_id_to_target_id exists only when draft_vocab_size != the target's, and
+        # load_weights renames d2t to it, so AutoWeightsLoader raises "no module or parameter named ...".
+        return {}, [
+            _row(
+                "drafter=eagle3",
+                NONE,
+                f"the head at {folder} has the full target vocabulary and a d2t tensor; vLLM 0.33.0 keeps "
+                "draft_id_to_target_id only for a smaller draft vocabulary and refuses to load that d2t, so it is "
+                "exported with speculation off (a full-vocabulary head saved without d2t/t2d loads)",
+            )
+        ]
+    rows = [
+        _row(
+            "drafter=eagle3",
+            EXACT,
+            "method eagle3 with model = the head folder as spectune wrote it: vLLM reads its "
+            "eagle_aux_hidden_state_layer_ids in spectune's convention, id L = the residual stream entering target "
+            "decoder layer L (v1/worker/gpu_model_runner.py _get_eagle3_aux_layers_from_config; captured by "
+            "models/interfaces.py _maybe_add_hidden_state after layer L - 1 in models/llama.py), d2t as "
+            "offsets (draft_id_to_target_id) and the target's embedding; one chain of drafts",
+        ),
+        *gamma_rows(engine, TARGET, "num_speculative_tokens"),
+        *_model_draft_rows(engine, "an EAGLE-3 head"),
+    ]
+    return {"method": "eagle3", "model": folder, "num_speculative_tokens": draft_length(engine)}, rows
 
 
 def build(record: ExportRecord) -> tuple[dict[str, Any], list[Mapping]]:
     """The speculative config dict and the Mapping rows for vLLM."""
-    config, rows = _speculative(record.engine, record.draft)
+    config, rows = _speculative(record.engine, record.draft, record.eagle3)
     return config, [*_model_rows(record), _sessions_row(record.concurrency), *rows, *_rule_rows(record.engine)]
 
 
@@ -189,7 +236,9 @@ def _sessions_row(concurrency: int) -> Mapping:
     )
 
 
-def _speculative(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any], list[Mapping]]:
+def _speculative(
+    engine: EngineConfig, draft: str | None, eagle3: str | None = None
+) -> tuple[dict[str, Any], list[Mapping]]:
     """The speculative config of `engine` ({} = speculation off) and the drafter's rows."""
     options, _ = typed_options(engine)
     if engine.drafter == "none":
@@ -200,6 +249,8 @@ def _speculative(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any
         return _suffix(engine, options)
     if engine.drafter == "draft_model":
         return _draft_model(engine, draft)
+    if engine.drafter == "eagle3":
+        return _eagle3(engine, eagle3)
     if (child := lookup_child(engine, options)) is not None:
         config, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
         return config, [_combined_row(engine.drafter, child[0]), *more]
@@ -283,7 +334,7 @@ def build_levels(
         if not speculation_on(config):
             lengths[level] = 0
             continue
-        spec, rows = _speculative(config, record.draft)
+        spec, rows = _speculative(config, record.draft, record.eagle3)
         if not spec:
             why = next(r.reason for r in rows if r.fit == NONE)
             return None, [

@@ -197,6 +197,8 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
     server, paths = setup.server, setup.model_paths
     draft = (str(server.draft_gguf) if server and server.draft_gguf else paths["draft"]) if needs.draft_model else None
     mtp = (str(server.mtp_gguf) if server and server.mtp_gguf else paths["mtp"]) if needs.mtp else None
+    # the head's folder for vLLM and SGLang, and the GGUF a llama-server study measured (if any) for llama-server
+    head_gguf = getattr(server, "eagle3_gguf", None) if needs.eagle3 else None
     return ExportRecord(
         engine=engine,
         model_name=setup.names["model"],
@@ -204,6 +206,8 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         target=str(server.target_gguf) if server else str(paths["target"]),
         draft=draft,
         mtp=mtp,
+        eagle3=paths.get("eagle3") if needs.eagle3 else None,
+        eagle3_gguf=str(head_gguf) if head_gguf else None,
         hardware=setup.names["hardware"],
         measured_on=setup.workload.models.target.device.type,
         context=int(trial.user_attrs.get("largest_context") or 0),

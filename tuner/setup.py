@@ -97,7 +97,7 @@ class TuneSetup:
     memory: constraints.MemoryFacts
     server: ServerSettings | None  # engine.backend=llama-server
     names: dict[str, str]  # hardware, model, task, split, backend (labels for reports and exports)
-    model_paths: dict[str, str | None]  # target, draft, mtp as configured
+    model_paths: dict[str, str | None]  # target, draft, mtp, eagle3 as configured
     fingerprint: dict[str, Any]  # what a resumed study must share with the one it resumes
     composed: dict[str, Any] = field(repr=False)  # the resolved config, for the export's spectune.yaml and MLflow
     progress: bool = True
@@ -326,7 +326,12 @@ def prepare(cfg: DictConfig) -> TuneSetup:
             "backend": base.backend,
             "vram_gib": f"{cfg.hardware.vram_gib:g}",
         },
-        model_paths={"target": cfg.model.target, "draft": cfg.model.draft, "mtp": cfg.model.get("mtp")},
+        model_paths={
+            "target": cfg.model.target,
+            "draft": cfg.model.draft,
+            "mtp": cfg.model.get("mtp"),
+            "eagle3": cfg.model.get("eagle3"),
+        },
         fingerprint=fingerprint,
         composed=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
         progress=cfg.run.progress,
