@@ -20,6 +20,7 @@ import torch
 
 from engine.decode import Decoding, GenerationResult, Runtime
 from engine.drafters import Draft, DraftContext, Drafter
+from engine.drafters.base import tap_columns
 
 
 class Batch:
@@ -49,12 +50,12 @@ class Batch:
         contexts = [d.draft_context() for d in active]
         drafts = propose_together([d.session.drafter for d in active], contexts)
         feeds = [d.take_draft(draft) for d, draft in zip(active, drafts, strict=True)]
-        hidden = any(d.wants_hidden for d in active)
+        taps = tuple(dict.fromkeys(t for d in active for t in d.taps))  # every session's, once
         rows = self.runtime.forward.many(
-            [d.session.cache for d in active], feeds, [d.keep for d in active], hidden=hidden
+            [d.session.cache for d in active], feeds, [d.keep for d in active], hidden=taps
         )
-        for d, (logits, trunk) in zip(active, rows, strict=True):
-            d.accept(logits, trunk if d.wants_hidden else None)
+        for d, (logits, tapped) in zip(active, rows, strict=True):
+            d.accept(logits, tap_columns(tapped, taps, d.taps))
         self.active = [d for d in active if not d.done]
         return [d for d in active if d.done]
 

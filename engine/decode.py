@@ -140,9 +140,9 @@ class Decoding:
         return len(self._draft.tokens) + 1
 
     @property
-    def wants_hidden(self) -> bool:
-        """Whether the pending forward must return the trunk output of every fed token (drafters that read it)."""
-        return self.session.drafter.needs.target_hidden
+    def taps(self) -> tuple[int, ...]:
+        """Target hidden states the pending forward must return for every fed token (drafters that read them)."""
+        return self.session.drafter.needs.taps
 
     def draft(self) -> list[int]:
         """Propose this step's draft; returns every token to feed the target (pending ones, then the draft)."""
@@ -215,7 +215,7 @@ class Decoding:
         self.phases.lap("crop")
         # The KV gained positions [start, len(history) - 1): the fed prompt suffix and the kept tokens.
         rows = hidden[: len(pending) + len(emitted) - 1] if hidden is not None else None
-        session.drafter.commit(Verified(history, len(emitted), rows, start))
+        session.drafter.commit(Verified(history, len(emitted), rows, start, self.taps))
         self.phases.lap("commit")
         self.pending = [history[-1]]
         session.policy.update(n, a)
@@ -261,8 +261,8 @@ def decode(
     forward, cache = runtime.forward, session.cache
     while not decoding.done:
         feed = decoding.draft()
-        # hidden: the trunk output of every fed token [len(feed), h], only for drafters that read it (mtp)
-        logits, hidden = forward(cache, feed, keep=decoding.keep, hidden=decoding.wants_hidden)  # [n+1, V]
+        # hidden: the tapped states of every fed token [len(feed), k h], only for drafters that read them (mtp, eagle3)
+        logits, hidden = forward(cache, feed, keep=decoding.keep, hidden=decoding.taps)  # [n+1, V]
         decoding.accept(logits, hidden)
     return decoding.result()
 

@@ -27,6 +27,8 @@ from engine.drafters import (
     drafter_takes,
     make_drafter,
 )
+from engine.eagle3 import Eagle3Module
+from engine.eagle3 import check_target as check_eagle3_target
 from engine.gamma import GammaPolicy
 from engine.kv import position_limit
 from engine.loading import LoadedModel, check_same_tokenizer
@@ -41,7 +43,7 @@ from engine.session import Session
 class EngineConfig:
     """One speculative-decoding configuration."""
 
-    drafter: str = "none"  # none | ngram | suffix | draft_model | mtp | layer_skip, or A+B (e.g. mtp+ngram)
+    drafter: str = "none"  # none | ngram | suffix | draft_model | mtp | eagle3 | layer_skip, or A+B (e.g. mtp+ngram)
     gamma: int = 4  # draft tokens per step (start value for the heuristic policy)
     gamma_policy: str = "fixed"  # fixed | heuristic | confidence
     max_gamma: int = 16  # upper bound of the heuristic policy
@@ -66,6 +68,7 @@ class Engine:
         config: EngineConfig | None = None,
         draft: LoadedModel | None = None,
         mtp: MtpModule | None = None,
+        eagle3: Eagle3Module | None = None,
     ):
         self.config = config = config or EngineConfig()
         if config.backend != "builtin":
@@ -79,6 +82,7 @@ class Engine:
         # Only what the drafter uses is kept, so weight_bytes and the memory model count exactly that.
         self.draft = draft if self.needs.draft_model else None
         self.mtp = mtp if self.needs.mtp else None
+        self.eagle3 = eagle3 if self.needs.eagle3 else None
         self.params = SamplingParams(config.temperature, config.top_k, config.top_p)
         if self.needs.draft_model:
             if draft is None:
@@ -92,12 +96,20 @@ class Engine:
                     "train them: python -m training.mtp)"
                 )
             check_target(mtp.config, target.model)
+        if self.needs.eagle3:
+            if eagle3 is None:
+                raise ValueError(
+                    f"drafter {config.drafter!r} needs an EAGLE-3 head (--eagle3 DIR / model.eagle3; "
+                    "train one: python -m training.eagle3)"
+                )
+            check_eagle3_target(eagle3.config, target.model)
         self.device = target.device
         self.forward = target.forward  # built once per loaded model, shared by every engine on it
         self.context_limit = position_limit(target.model) or 1 << 30
         self.stop_tokens = frozenset(target.eos_token_ids)
         self.shared_state = drafter_shared_state(config.drafter, self.drafter_options)
-        models = [m.model for m in (target, self.draft) if m is not None] + ([self.mtp] if self.mtp is not None else [])
+        heads = [h for h in (self.mtp, self.eagle3) if h is not None]
+        models = [m.model for m in (target, self.draft) if m is not None] + heads
         # Copies a numeric path packs for its kernels (oneDNN): counted in the CPU estimate of peak memory.
         forwards = [m.forward for m in (target, self.draft) if m is not None]
         self.packed_bytes = sum(int(getattr(f, "packed_bytes", 0)) for f in forwards)
@@ -143,8 +155,8 @@ class Engine:
         GammaPolicy(config.gamma_policy, config.gamma, config.max_gamma, config.confidence)  # validates
         if config.gamma_policy == "confidence" and not drafter_needs(config.drafter, drafter_options).distribution:
             raise ValueError(
-                "gamma policy 'confidence' needs a model drafter (draft_model, mtp, layer_skip or a combination "
-                f"with one), not {config.drafter!r}"
+                "gamma policy 'confidence' needs a model drafter (draft_model, mtp, eagle3, layer_skip or a "
+                f"combination with one), not {config.drafter!r}"
             )
         return drafter_options, rule
 
@@ -170,7 +182,9 @@ class Engine:
 
     def new_drafter(self) -> Drafter:
         """A drafter instance for a new session."""
-        resources = DrafterResources(target=self.target, draft=self.draft, mtp=self.mtp, shared=self.shared_state)
+        resources = DrafterResources(
+            target=self.target, draft=self.draft, mtp=self.mtp, eagle3=self.eagle3, shared=self.shared_state
+        )
         return make_drafter(self.config.drafter, self.drafter_options, resources)
 
     def new_gamma_policy(self) -> GammaPolicy:

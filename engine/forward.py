@@ -182,6 +182,33 @@ def catch_output(into: list[torch.Tensor]):
     return hook
 
 
+def catch_input(into: list[torch.Tensor]):
+    """A forward pre-hook (with_kwargs) that appends a decoder layer's input hidden states [1, n, h] to `into`."""
+
+    def hook(module, args, kwargs) -> None:
+        into.append(args[0] if args else kwargs["hidden_states"])
+
+    return hook
+
+
+def tap_hooks(model: torch.nn.Module, taps: tuple[int, ...]) -> tuple[list, list[list[torch.Tensor]]]:
+    """Hooks on `model`'s decoder layers that catch the tapped states (llama.resolve_taps ids), one list per tap.
+
+    Tap i < layers is layer i's input, tap == layers the last layer's output: only those are kept
+    (output_hidden_states would hold every layer's for every fed token). Remove the handles after the forward.
+    """
+    layers = decoder_layers(model)
+    handles, caught = [], []
+    for t in taps:
+        into: list[torch.Tensor] = []
+        caught.append(into)
+        if t < len(layers):
+            handles.append(layers[t].register_forward_pre_hook(catch_input(into), with_kwargs=True))
+        else:
+            handles.append(layers[-1].register_forward_hook(catch_output(into)))
+    return handles, caught
+
+
 def _cache_keyword(model: torch.nn.Module) -> str:
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -200,7 +227,7 @@ class TransformersForward:
         self.choice = choice or choose_path(model, "transformers")
         self.observers: list[Observer] = []
         self._cache_kw = _cache_keyword(model)
-        self._last_layer = decoder_layers(model)[-1]
+        self._layers = len(decoder_layers(model))
         self._said_serial = False
 
     def new_cache(self) -> DynamicCache:
@@ -213,22 +240,21 @@ class TransformersForward:
         cache: DynamicCache,
         tokens: list[int],
         keep: int = 1,
-        hidden: bool = False,
+        hidden: llama.Taps = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits of the last `keep` positions [keep, V] (and, if asked, the trunk output of every fed token [n, h]).
+        """Logits of the last `keep` positions [keep, V] (and, if asked, hidden states of every fed token).
 
         Positions are taken from the cache length (host-side int), so the caller keeps the cache
-        cropped to exactly the tokens it has committed. The trunk output (the last decoder layer's,
-        before the final norm) is caught by a hook on that layer, so no other layer's states are kept
-        (output_hidden_states would hold every layer's for every fed token).
+        cropped to exactly the tokens it has committed. `hidden` as llama.LlamaForward's: True for the
+        trunk output [n, h] (the last decoder layer's, before the final norm), tap ids for those layers'
+        inputs side by side [n, k h]; hooks catch just those (tap_hooks).
         """
         start = cache.get_seq_length()
         for observe in self.observers:
             observe(start, tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, n]
         pos = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, n]
-        caught: list[torch.Tensor] = []
-        hook = self._last_layer.register_forward_hook(catch_output(caught)) if hidden else None
+        handles, caught = tap_hooks(self.model, llama.resolve_taps(hidden, self._layers))
         try:
             out = self.model(
                 input_ids=ids,
@@ -238,12 +264,13 @@ class TransformersForward:
                 **{self._cache_kw: cache},
             )
         finally:
-            if hook is not None:
-                hook.remove()
-        return out.logits[0], (caught[0][0] if hidden else None)  # [keep, V], [n, h]
+            for handle in handles:
+                handle.remove()
+        tapped = torch.cat([c[0][0] for c in caught], dim=-1) if caught else None  # [n, k h]
+        return out.logits[0], tapped  # [keep, V]
 
     def many(
-        self, caches: list, feeds: list[list[int]], keeps: list[int], hidden: bool = False
+        self, caches: list, feeds: list[list[int]], keeps: list[int], hidden: llama.Taps = False
     ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """Several sessions' steps, one forward per session in order (transformers' caches do not batch ragged)."""
         if len(caches) > 1 and not self._said_serial:
@@ -275,7 +302,7 @@ class EngineForward(llama.LlamaForward):
         return self._graphs.new_cache() if self._graphs is not None else super().new_cache()
 
     def __call__(self, cache, tokens, keep=1, hidden=False):
-        """Logits of the last `keep` positions [keep, V] (and the trunk output of every fed token [n, h] if asked)."""
+        """Logits of the last `keep` positions [keep, V] (and the hidden states `hidden` asks for, LlamaForward's)."""
         for observe in self.observers:
             observe(cache.get_seq_length(), tokens)
         if self._graphs is not None:

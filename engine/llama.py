@@ -30,8 +30,27 @@ from engine.kv import grown_capacity
 ARCHITECTURES = ("llama", "qwen2", "mistral")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq fixed at load (dynamic / longrope rescale per call)
 
+TRUNK = -1  # a tap id: the last decoder layer's output, before the final norm (what an MTP module reads)
+Taps = bool | tuple[int, ...]  # hidden states a forward returns: True = (TRUNK,); ids = inputs of those layers
+
 ONEDNN_DTYPES = (torch.float32, torch.bfloat16)  # what oneDNN's packed linear runs on CPU
 Linear = Callable[[torch.Tensor], torch.Tensor]  # x [n, in] -> x W^T + b [n, out]
+
+
+def resolve_taps(hidden: Taps, layers: int) -> tuple[int, ...]:
+    """Layer ids whose inputs a forward returns, concatenated in order: id == layers (or TRUNK) is the last output.
+
+    Tap i is the residual stream after i decoder layers (llama.cpp's `extract_layers`, vLLM's EAGLE-3 aux layer
+    ids); `True` asks for the trunk output alone, `False` / `()` for nothing.
+    """
+    if hidden is True:
+        return (layers,)
+    if not hidden:
+        return ()
+    taps = tuple(layers if t == TRUNK else int(t) for t in hidden)
+    if any(not 0 <= t <= layers for t in taps):
+        raise ValueError(f"hidden-state taps {hidden} outside [0, {layers}] for a {layers}-layer model")
+    return taps
 
 
 def covers(model: torch.nn.Module) -> str | None:
@@ -309,15 +328,20 @@ class LlamaForward:
         cos: torch.Tensor,
         sin: torch.Tensor,
         attend: Callable[[int, int | None, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-    ) -> torch.Tensor:
-        """Every decoder layer over new rows x [n, h] at the positions of cos/sin [n, d].
+        taps: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every decoder layer over new rows x [n, h] at the positions of cos/sin [n, d]; (trunk output, taps).
 
         `attend(i, window, q, k, v)` stores layer i's new K/V [KV, n, d] where the caller keeps them and
         returns the attention output [n, H d] of the queries q [H, n, d]: one cache, a static buffer, or
-        several sessions' caches, each over its own rows.
+        several sessions' caches, each over its own rows. `taps` (resolve_taps' ids): the inputs of those
+        layers, concatenated [n, len(taps) h] (None when none are asked).
         """
         n, d = x.shape[0], self.head_dim
+        caught: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
+            if i in taps:
+                caught[i] = x
             q, k, v = layer.qkv(rms_norm(x, layer.norm1, self.eps))  # [n, H d], [n, KV d], [n, KV d]
             q = q.view(n, self.heads, d).transpose(0, 1)  # [H, n, d]
             k = k.view(n, self.kv_heads, d).transpose(0, 1)  # [KV, n, d]
@@ -327,7 +351,8 @@ class LlamaForward:
             x = x + layer.o(attend(i, layer.window, q, k, v))
             gate, up = layer.gate_up(rms_norm(x, layer.norm2, self.eps))  # [n, I] each
             x = x + layer.down(F.silu(gate) * up)
-        return x
+        caught[len(self.layers)] = x
+        return x, (torch.cat([caught[t] for t in taps], dim=-1) if taps else None)
 
     def _attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
@@ -357,11 +382,12 @@ class LlamaForward:
 
     @torch.inference_mode()
     def __call__(
-        self, cache: LlamaCache, tokens: list[int], keep: int = 1, hidden: bool = False
+        self, cache: LlamaCache, tokens: list[int], keep: int = 1, hidden: Taps = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits of the last `keep` positions [keep, V] (and, if asked, the trunk output of every fed token [n, h]).
+        """Logits of the last `keep` positions [keep, V] (and, if asked, hidden states of every fed token).
 
-        The trunk output is the last decoder layer's, before the final norm (what an MTP module reads).
+        `hidden=True`: the trunk output [n, h], the last decoder layer's before the final norm (what an MTP
+        module reads); a tuple of tap ids (resolve_taps): those layers' inputs side by side [n, k h] (EAGLE-3).
         """
         start, n = cache.length, len(tokens)
         end = start + n
@@ -376,21 +402,21 @@ class LlamaForward:
             return self._attention(q, cache.k[i][:, first:end], cache.v[i][:, first:end], mask)
 
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [n, h]
-        x = self._decoder(x, cos[start:end], sin[start:end], attend)
+        x, tapped = self._decoder(x, cos[start:end], sin[start:end], attend, resolve_taps(hidden, len(self.layers)))
         cache.length = end
         last = rms_norm(x[-keep:], self.norm, self.eps)  # [keep, h]
-        return self.lm_head(last), (x if hidden else None)
+        return self.lm_head(last), tapped
 
     @torch.inference_mode()
     def many(
-        self, caches: list[LlamaCache], feeds: list[list[int]], keeps: list[int], hidden: bool = False
+        self, caches: list[LlamaCache], feeds: list[list[int]], keeps: list[int], hidden: Taps = False
     ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """One forward for several sessions: session j's `feeds[j]` appended to `caches[j]` at its own position.
 
         Ragged: sessions differ in length, fed tokens and kept rows. Every linear (and the LM head over all
         kept rows) runs once over the rows of all sessions, which is what a batch saves: the weights are
         streamed once per step instead of once per session. Attention runs per session over its own cache.
-        Returns, per session, what `__call__` would: logits [keeps[j], V] and, if asked, trunk rows [n_j, h].
+        Returns, per session, what `__call__` would: logits [keeps[j], V] and, if asked, hidden rows [n_j, k h].
         """
         if not (len(caches) == len(feeds) == len(keeps)):
             raise ValueError("many: caches, feeds and keeps must have one entry per session")
@@ -419,12 +445,12 @@ class LlamaForward:
             return torch.cat(out)
 
         x = self.embed[torch.tensor([t for f in feeds for t in f], device=self.device)]  # [rows, h]
-        x = self._decoder(x, cos[positions], sin[positions], attend)
+        x, tapped = self._decoder(x, cos[positions], sin[positions], attend, resolve_taps(hidden, len(self.layers)))
         for c, e in zip(caches, ends, strict=True):
             c.length = e
         kept = [r for j, keep in enumerate(keeps) for r in range(bounds[j + 1] - keep, bounds[j + 1])]
         logits = self.lm_head(rms_norm(x[kept], self.norm, self.eps)).split(keeps)  # [keep_j, V] each
-        return [(logits[j], x[bounds[j] : bounds[j + 1]] if hidden else None) for j in range(len(caches))]
+        return [(logits[j], tapped[bounds[j] : bounds[j + 1]] if hidden else None) for j in range(len(caches))]
 
     def static_cache(self, capacity: int) -> LlamaCache:
         """A cache whose buffers hold `capacity` positions from the start and never move (static_step's)."""
@@ -455,5 +481,5 @@ class LlamaForward:
             cache.v[i].index_copy_(1, pos, v)
             return self._attention(q, cache.k[i], cache.v[i], masks[window])
 
-        x = self._decoder(self.embed[ids], cos, sin, attend)
+        x, _ = self._decoder(self.embed[ids], cos, sin, attend)
         return self.lm_head(rms_norm(x, self.norm, self.eps))

@@ -348,6 +348,22 @@ def mtp_state_bytes_per_token(target: ModelShape, dtype: str) -> float:
     return (2 * target.kv_heads * target.head_dim + target.hidden) * dtype_bytes(dtype)
 
 
+def eagle3_weight_bytes(target: ModelShape, dtype: str, draft_vocab: int = 0) -> int:
+    """Bytes of an EAGLE-3 head for `target` (engine/eagle3.py): fc 3h x h, one decoder layer whose q/k/v read
+    2h, 4 norms, and its own LM head (Vd x h; the full vocabulary's V x h when it has no draft vocabulary)."""
+    h, d = target.hidden, target.head_dim
+    heads = target.heads or h // d
+    inter = target.intermediate or 4 * h
+    rows = draft_vocab or target.vocab
+    params = 3 * h * h + (heads + 2 * target.kv_heads) * d * 2 * h + heads * d * h + 3 * h * inter + 4 * h + rows * h
+    return math.ceil(params * dtype_bytes(dtype))
+
+
+def eagle3_state_bytes_per_token(target: ModelShape, dtype: str) -> float:
+    """Per position: the head's K and V (one layer) plus the three target hidden states the drafter keeps."""
+    return (2 * target.kv_heads * target.head_dim + 3 * target.hidden) * dtype_bytes(dtype)
+
+
 def layer_skip_state_bytes_per_token(target: ModelShape, layers: int, dtype: str) -> float:
     """Per position: the K and V of a layer-skip draft's own `layers`-layer cache."""
     return 2 * layers * target.kv_heads * target.head_dim * dtype_bytes(dtype)

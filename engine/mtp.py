@@ -21,7 +21,6 @@ Loading checks the target matches and names what differs when it does not.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -33,54 +32,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.kv import grown_capacity
+from engine.heads import (
+    FINGERPRINT_KEYS,
+    ChainedHead,
+    HeadCache,
+    HeadMismatchError,
+    Norm,
+    RopeTable,
+    check_head_target,
+    fingerprint,
+    probes_match,
+    target_config,
+    weights_probe,
+)
 from engine.llama import rms_norm, rotate_half
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "spectune-mtp/1"
-# Target config fields an MTP module depends on: a mismatch in any of them means it was trained for another model.
-FINGERPRINT_KEYS = (
-    "model_type",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-    "tie_word_embeddings",
-)
-
-
-class MtpMismatchError(ValueError):
-    """An MTP module was loaded for a target it was not trained for."""
-
-
-def target_config(model: nn.Module) -> dict[str, Any]:
-    """The target config fields FINGERPRINT_KEYS names (None where a model lacks one)."""
-    config = model.config.get_text_config(decoder=True)
-    return {k: getattr(config, k, None) for k in FINGERPRINT_KEYS}
-
-
-def weights_probe(model: nn.Module) -> list[float]:
-    """16 embedding values spread over the table: they tell two checkpoints of one shape apart, in any dtype."""
-    weight = model.get_input_embeddings().weight.detach()
-    rows = torch.linspace(0, weight.shape[0] - 1, 16).long()
-    cols = rows % weight.shape[1]
-    return [float(v) for v in weight[rows, cols].double()]
-
-
-def probes_match(a: list[float], b: list[float]) -> bool:
-    """Whether two probes come from one checkpoint: equal within bf16's rounding of the table's scale."""
-    if len(a) != len(b):
-        return False
-    scale = max(max(abs(x) for x in a), 1e-12)
-    return max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 0.01 * scale
-
-
-def fingerprint(fields: dict[str, Any]) -> str:
-    """sha256 (16 hex digits) of the target config fields."""
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+MtpMismatchError = HeadMismatchError  # the name tests and callers know
+MtpCache = HeadCache
+_Norm = Norm
+__all__ = ["FINGERPRINT_KEYS", "fingerprint", "probes_match", "target_config", "weights_probe"]  # re-exported
 
 
 @dataclass
@@ -130,18 +103,6 @@ class MtpConfig:
         )
 
 
-class _Norm(nn.Module):
-    """RMSNorm with a learned scale (mean of squares in float32, as the Llama family computes it)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
-
-
 class _Attention(nn.Module):
     def __init__(self, c: MtpConfig) -> None:
         super().__init__()
@@ -168,35 +129,7 @@ class _SharedHead(nn.Module):
         self.norm = _Norm(c.hidden_size, c.rms_norm_eps)
 
 
-class MtpCache:
-    """The block's K and V, [kv_heads, capacity, head_dim]; `length` positions valid; crop moves `length`."""
-
-    def __init__(self, c: MtpConfig, dtype: torch.dtype, device: torch.device) -> None:
-        self.length = 0
-        self.k = torch.empty((c.num_key_value_heads, 0, c.head_dim), dtype=dtype, device=device)
-        self.v = torch.empty_like(self.k)
-
-    def reserve(self, needed: int) -> None:
-        """Room for `needed` positions, keeping the valid ones."""
-        if needed <= self.k.shape[1]:
-            return
-        capacity = grown_capacity(self.k.shape[1], needed)
-        for name in ("k", "v"):
-            old = getattr(self, name)
-            new = old.new_empty((old.shape[0], capacity, old.shape[2]))
-            new[:, : self.length] = old[:, : self.length]
-            setattr(self, name, new)
-
-    def crop(self, length: int) -> None:
-        """Keep the first `length` positions."""
-        self.length = min(self.length, length)
-
-    def allocated_bytes(self) -> int:
-        """Bytes of the buffers, valid or not."""
-        return self.k.numel() * self.k.element_size() * 2
-
-
-class MtpModule(nn.Module):
+class MtpModule(ChainedHead):
     """One MTP module; `bind(target)` attaches the target's embedding and LM head (shared, never copied or saved)."""
 
     def __init__(self, config: MtpConfig) -> None:
@@ -217,8 +150,17 @@ class MtpModule(nn.Module):
         object.__setattr__(self, "_target", None)  # (embedding, LM head) of the bound target
         object.__setattr__(self, "_head_weight", None)  # [V or V_draft, h]: the target's LM head rows proposals use
         object.__setattr__(self, "_head_bias", None)
-        self._inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
-        self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [positions, d]
+        self.n_heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.rope = RopeTable(c.head_dim, c.rope_theta)
+
+    def anchor(self) -> torch.Tensor:
+        """eh_proj's weight: the module's device and dtype."""
+        return self.eh_proj.weight
+
+    @property
+    def stored_width(self) -> int:
+        """The target's trunk output per position: h."""
+        return self.config.hidden_size
 
     # -- binding to the target ---------------------------------------------------------------------------------
 
@@ -240,31 +182,9 @@ class MtpModule(nn.Module):
         object.__setattr__(self, "_head_weight", weight)
         object.__setattr__(self, "_head_bias", bias)
 
-    @property
-    def vocab(self) -> int:
-        """The target's vocabulary size (q rows are over it)."""
-        return self.config.vocab_size
-
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The target's embedding of target token ids [..] -> [.., h]."""
-        if self._target is None:
-            raise RuntimeError("MtpModule.bind(target) first: the module shares the target's embedding and head")
-        return self._target[0](tokens)
-
     def head_logits(self, g: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's if d2t is empty) of block outputs g [.., h]."""
         return F.linear(self.shared_head.norm(g), self._head_weight, self._head_bias)
-
-    def full_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits [n, Vd] spread over the target vocabulary [n, V] (-inf elsewhere)."""
-        if not self.d2t.numel():
-            return draft_logits
-        out = draft_logits.new_full((draft_logits.shape[0], self.vocab), float("-inf"))
-        return out.index_copy_(1, self.d2t, draft_logits)
-
-    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        """Target token ids of draft-vocabulary indexes."""
-        return self.d2t[draft_ids] if self.d2t.numel() else draft_ids
 
     # -- maths shared by inference and training -----------------------------------------------------------------
 
@@ -272,23 +192,6 @@ class MtpModule(nn.Module):
         """eh_proj([enorm(embed(x_{t+1})); hnorm(h_t)]) for hidden [.., h] and next tokens [..]."""
         emb = self.embed(tokens).to(hidden.dtype)
         return self.eh_proj(torch.cat([self.enorm(emb), self.hnorm(hidden)], dim=-1))
-
-    def _rope_rows(self, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [>= end, d] for positions from 0, a table computed in float32 and grown like a KV buffer."""
-        table, device = self._table, self.eh_proj.weight.device
-        if table is None or table[0].shape[0] < end or table[0].device != device or table[0].dtype != dtype:
-            size = grown_capacity(table[0].shape[0] if table is not None else 0, end)
-            pos = torch.arange(size, device=device, dtype=torch.float32)
-            freqs = pos[:, None] * self._inv_freq.to(device)[None]  # [size, d / 2]
-            emb = torch.cat((freqs, freqs), dim=-1)
-            table = self._table = (emb.cos().to(dtype), emb.sin().to(dtype))
-        return table
-
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [.., d] at `positions` (any shape)."""
-        end = int(positions.max()) + 1 if positions.numel() else 0
-        cos, sin = self._rope_rows(end, dtype)
-        return cos[positions], sin[positions]
 
     def _qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [.., H, n, d], k and v [.., KV, n, d] of rows x [.., n, h] at `positions` [.., n]."""
@@ -298,7 +201,7 @@ class MtpModule(nn.Module):
         q = attn.q_proj(a).view(*shape, c.num_attention_heads, c.head_dim).transpose(-2, -3)
         k = attn.k_proj(a).view(*shape, c.num_key_value_heads, c.head_dim).transpose(-2, -3)
         v = attn.v_proj(a).view(*shape, c.num_key_value_heads, c.head_dim).transpose(-2, -3)
-        cos, sin = self._rope(positions, x.dtype)
+        cos, sin = self.rope.at(positions, x.dtype, x.device)
         cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)  # broadcast over heads
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
@@ -309,80 +212,6 @@ class MtpModule(nn.Module):
         x = x + self.self_attn.o_proj(merged)
         a = self.post_attention_layernorm(x)
         return x + self.mlp.down_proj(F.silu(self.mlp.gate_proj(a)) * self.mlp.up_proj(a))
-
-    def _attend(self, q, k, v, mask) -> torch.Tensor:
-        c = self.config
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=c.num_key_value_heads != c.num_attention_heads
-        )
-
-    # -- inference: one step over the block's cache -------------------------------------------------------------
-
-    def new_cache(self) -> MtpCache:
-        """An empty block KV cache for one session."""
-        weight = self.eh_proj.weight
-        return MtpCache(self.config, weight.dtype, weight.device)
-
-    @torch.inference_mode()
-    def step(self, cache: MtpCache, hidden: torch.Tensor, tokens: list[int]) -> torch.Tensor:
-        """Block outputs g [n, h] for n entries (hidden [n, h], next tokens) appended at positions cache.length + i.
-
-        The same maths as `_input`, `_qkv` and `_finish` (training's), written flat over the weight tensors
-        (`_block`) with contiguous RoPE rows: at batch 1 a drafting step is mostly per-op overhead, and it runs
-        gamma times per target forward (tests/engine/test_mtp_module.py checks the two agree).
-        """
-        start, n = cache.length, len(tokens)
-        end = start + n
-        cache.reserve(end)
-        cos, sin = self._rope_rows(end, hidden.dtype)
-        mask = _causal(start, end, hidden.device)
-
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            cache.k[:, start:end] = k
-            cache.v[:, start:end] = v
-            return self._attend(q[None], cache.k[None, :, :end], cache.v[None, :, :end], mask)[0]
-
-        g = self._block(hidden, tokens, cos[start:end], sin[start:end], attend)
-        cache.length = end
-        return g
-
-    @torch.inference_mode()
-    def step_many(self, caches: list[MtpCache], hidden: torch.Tensor, tokens: list[list[int]]) -> torch.Tensor:
-        """`step` for several sessions at once: session j's entries (its len(tokens[j]) rows of hidden, in order).
-
-        Ragged like LlamaForward.many: every projection and the MLP run once over all sessions' rows (the
-        weights are streamed once per chain step instead of once per session), attention per session over its
-        own cache. Returns g [rows, h], session j's rows where its hidden rows were.
-        """
-        if len(caches) == 1:
-            return self.step(caches[0], hidden, tokens[0])
-        if len(caches) != len(tokens) or len({id(c) for c in caches}) != len(caches):
-            raise ValueError("step_many: one token list per cache, and every cache once")
-        starts = [c.length for c in caches]
-        ends = [s + len(t) for s, t in zip(starts, tokens, strict=True)]
-        bounds = [0]  # session j's rows are [bounds[j], bounds[j + 1])
-        for t in tokens:
-            bounds.append(bounds[-1] + len(t))
-        for c, e in zip(caches, ends, strict=True):
-            c.reserve(e)
-        device = hidden.device
-        cos, sin = self._rope_rows(max(ends), hidden.dtype)
-        positions = torch.tensor([p for s, e in zip(starts, ends, strict=True) for p in range(s, e)], device=device)
-        masks = [_causal(s, e, device) for s, e in zip(starts, ends, strict=True)]
-
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            out = []
-            for j, cache in enumerate(caches):
-                a, b, s, e = bounds[j], bounds[j + 1], starts[j], ends[j]
-                cache.k[:, s:e] = k[:, a:b]
-                cache.v[:, s:e] = v[:, a:b]
-                out.append(self._attend(q[None, :, a:b], cache.k[None, :, :e], cache.v[None, :, :e], masks[j])[0])
-            return torch.cat(out, dim=1)  # [H, rows, d]
-
-        g = self._block(hidden, [t for ts in tokens for t in ts], cos[positions], sin[positions], attend)
-        for c, e in zip(caches, ends, strict=True):
-            c.length = e
-        return g
 
     def _block(
         self,
@@ -461,30 +290,9 @@ class MtpModule(nn.Module):
         return out
 
 
-def _causal(start: int, end: int, device: torch.device) -> torch.Tensor | None:
-    """Which cached positions [0, end) each new entry at start..end - 1 sees (None: one entry sees them all)."""
-    if end - start <= 1:
-        return None
-    return torch.arange(end, device=device)[None] <= torch.arange(start, end, device=device)[:, None]
-
-
 def check_target(config: MtpConfig, target: nn.Module) -> None:
     """MtpMismatchError naming the differing fields when `target` is not the model `config` was trained for."""
-    have = target_config(target)
-    want = config.target
-    diffs = [
-        f"{k}: trained for {want.get(k)!r}, target has {have.get(k)!r}"
-        for k in FINGERPRINT_KEYS
-        if want.get(k) != have.get(k)
-    ]
-    if diffs:
-        raise MtpMismatchError("MTP module was trained for another target: " + "; ".join(diffs))
-    probe = weights_probe(target)
-    if config.target_probe and not probes_match(probe, config.target_probe):
-        raise MtpMismatchError(
-            "MTP module was trained for a target of the same shape but other weights (embedding probe "
-            f"{config.target_probe[0]:.4g}, {config.target_probe[1]:.4g}, ... vs {probe[0]:.4g}, {probe[1]:.4g}, ...)"
-        )
+    check_head_target("MTP module", config.target, config.target_probe, target)
 
 
 def save_mtp(module: MtpModule, folder: str | Path) -> Path:

@@ -59,6 +59,7 @@ class ModelConf:
     target: str = MISSING  # path / hub id of the target model; `tiny` = a random model built by engine.tiny
     draft: str | None = "tiny"  # draft model for drafter=draft_model; null = none
     mtp: str | None = None  # MTP module folder for engine=mtp / mtp+ngram (python -m training.mtp writes one)
+    eagle3: str | None = None  # EAGLE-3 head folder for engine=eagle3 / eagle3+ngram (python -m training.eagle3)
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16 | float64
     forward: str = "auto"  # numeric path: auto | transformers | torch | onednn (engine/forward.py)
     device: str | None = None  # overrides hardware.device when set
@@ -90,6 +91,7 @@ class ServerConf:
     target_gguf: str | None = None  # a GGUF of the target to use as is (null: convert model.target, cached)
     draft_gguf: str | None = None  # a GGUF of the draft to use as is (null: convert model.draft, cached)
     mtp_gguf: str | None = None  # target + MTP module as one mimo2 GGUF to use as is (null: serving.mtp_gguf, cached)
+    eagle3_gguf: str | None = None  # the EAGLE-3 head as a GGUF to use as is (null: serving.eagle3_gguf, cached)
     context: int | None = None  # -c in tokens; null: the target's own context length
     threads: int | None = None  # -t; null: run.threads, else llama.cpp's default
     start_timeout_s: float = 120.0  # seconds a server may take to load and answer /health

@@ -14,6 +14,7 @@ from typing import Any
 from engine.drafters.base import Draft, DraftContext, Drafter, DrafterResources, Needs, Verified
 from engine.drafters.combined import COMBINED_KEYS, CombinedDrafter, CombinedOptions
 from engine.drafters.draft_model import DraftModelDrafter, DraftModelOptions
+from engine.drafters.eagle3 import Eagle3Drafter, Eagle3Options
 from engine.drafters.layer_skip import LayerSkipDrafter, LayerSkipOptions
 from engine.drafters.mtp import MtpDrafter, MtpOptions
 from engine.drafters.ngram import NgramDrafter, NgramOptions
@@ -28,9 +29,11 @@ DRAFTERS: dict[str, tuple[type, type]] = {
     "suffix": (SuffixDrafter, SuffixOptions),
     "draft_model": (DraftModelDrafter, DraftModelOptions),
     "mtp": (MtpDrafter, MtpOptions),
+    "eagle3": (Eagle3Drafter, Eagle3Options),
     "layer_skip": (LayerSkipDrafter, LayerSkipOptions),
 }
-COMBINED_EXAMPLES = ("mtp+ngram",)  # combinations the configs and docs name; any A+B of registered drafters works
+# Combinations the configs and docs name; any A+B of registered drafters works.
+COMBINED_EXAMPLES = ("mtp+ngram", "eagle3+ngram")
 
 
 def drafter_parts(name: str) -> list[str]:

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from engine.llama import TRUNK
 from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from engine.eagle3 import Eagle3Module
     from engine.loading import LoadedModel
     from engine.mtp import MtpModule
 
@@ -27,17 +29,23 @@ if TYPE_CHECKING:
 class Needs:
     """What a drafter needs from the engine and the decode loop."""
 
-    target_hidden: bool = False  # commit() gets the target's trunk hidden states of every position it added
+    # Target hidden states commit() gets for every position it added: engine.llama tap ids (i: the input of
+    # decoder layer i; TRUNK: the last layer's output, before the final norm). Empty: none.
+    taps: tuple[int, ...] = ()
     distribution: bool = False  # proposals come from a model with a distribution q (the confidence policy applies)
     draft_model: bool = False  # the engine must be given a draft model
     mtp: bool = False  # the engine must be given MTP weights
+    eagle3: bool = False  # the engine must be given an EAGLE-3 head
+
+    @property
+    def target_hidden(self) -> bool:
+        """Whether commit() gets target hidden states."""
+        return bool(self.taps)
 
     def __or__(self, other: Needs) -> Needs:
-        """The union: what either needs."""
-        return Needs(*(a or b for a, b in zip(self._values(), other._values(), strict=True)))
-
-    def _values(self) -> tuple[bool, ...]:
-        return (self.target_hidden, self.distribution, self.draft_model, self.mtp)
+        """The union: what either needs (taps in first-seen order)."""
+        flags = {k: getattr(self, k) or getattr(other, k) for k in ("distribution", "draft_model", "mtp", "eagle3")}
+        return Needs(taps=tuple(dict.fromkeys(self.taps + other.taps)), **flags)
 
 
 @dataclass
@@ -70,16 +78,31 @@ class Draft:
 class Verified:
     """What one target forward established; passed to commit().
 
-    `hidden` (only for drafters that need target_hidden) holds the target's trunk output (the last
-    decoder layer's, before the final norm) for the positions [hidden_start, len(history) - 1) that the
-    target's KV cache gained this step: the prompt suffix a turn's first forward prefilled, the last
-    token, and the accepted draft tokens. The row of position t pairs with the token history[t + 1].
+    `hidden` (only for drafters that need taps) holds the target's tapped hidden states, the taps `taps`
+    side by side, for the positions [hidden_start, len(history) - 1) that the target's KV cache gained
+    this step: the prompt suffix a turn's first forward prefilled, the last token, and the accepted draft
+    tokens. The row of position t pairs with the token history[t + 1]. `columns(taps)` picks a drafter's own.
     """
 
     history: list[int]  # the session history after this step (rejected drafts are gone)
     added: int  # tokens this step appended to the history (accepted drafts + the correction / bonus)
-    hidden: torch.Tensor | None = None  # [len(history) - 1 - hidden_start, h]
+    hidden: torch.Tensor | None = None  # [len(history) - 1 - hidden_start, len(taps) h]
     hidden_start: int = 0  # position of hidden's first row
+    taps: tuple[int, ...] = (TRUNK,)  # which tap each h-wide block of `hidden` is (Needs.taps of the session's drafter)
+
+    def columns(self, taps: tuple[int, ...]) -> torch.Tensor | None:
+        """The rows of `hidden` restricted to `taps`, side by side in that order (None: no hidden states)."""
+        return tap_columns(self.hidden, self.taps, taps)
+
+
+def tap_columns(hidden: torch.Tensor | None, have: tuple[int, ...], want: tuple[int, ...]) -> torch.Tensor | None:
+    """The h-wide blocks of `hidden` (taps `have` side by side) for the taps `want`, in that order."""
+    if hidden is None or not want:
+        return None
+    if want == have:
+        return hidden
+    width = hidden.shape[1] // len(have)
+    return torch.cat([hidden[:, have.index(t) * width : (have.index(t) + 1) * width] for t in want], dim=1)
 
 
 @dataclass
@@ -89,6 +112,7 @@ class DrafterResources:
     target: LoadedModel
     draft: LoadedModel | None = None  # the draft model of `draft_model`
     mtp: MtpModule | None = None  # the MTP weights of `mtp`
+    eagle3: Eagle3Module | None = None  # the EAGLE-3 head of `eagle3`
     shared: Any = None  # engine-wide drafter state: what the drafter class's shared_state() returned
 
 

@@ -77,6 +77,8 @@ class CombinedDrafter(DrafterBase):
         ]
         self.lookups = [c for c in self.children if not c.needs.distribution]
         self.models = [c for c in self.children if c.needs.distribution]
+        for child in self.children:  # a child's instance may need more than its class says (eagle3: its head's taps)
+            self.needs = self.needs | child.needs
 
     @classmethod
     def needs_for(cls, options: CombinedOptions) -> Needs:

@@ -29,6 +29,7 @@ from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.drafters.token_index import TokenIndex
 from engine.engine import Engine, EngineConfig
+from engine.llama import TRUNK
 from engine.mtp import random_mtp
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
@@ -126,7 +127,7 @@ def test_option_errors_name_what_is_allowed():
 
 
 def test_needs_are_the_union_of_the_childrens(target, module):
-    assert drafter_needs("mtp+ngram") == Needs(target_hidden=True, distribution=True, mtp=True)
+    assert drafter_needs("mtp+ngram") == Needs(taps=(TRUNK,), distribution=True, mtp=True)
     assert drafter_needs("ngram+draft_model") == Needs(distribution=True, draft_model=True)
     assert drafter_needs("suffix+ngram") == Needs()
     assert drafter_needs("layer_skip+suffix") == Needs(distribution=True)

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from engine.drafters import DraftContext
+from engine.eagle3 import Eagle3Module, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import EngineForward, PathChoice, TransformersForward
 from engine.forward_plan import GroupPlan, LinearPlan
@@ -68,6 +70,46 @@ def agreeing_mtp(target: LoadedModel, seed: int, draft_vocab: list[int] | None =
     return module
 
 
+_HEADS: dict[tuple[int, int, bool], tuple[LoadedModel, Eagle3Module]] = {}  # the target kept: ids stay unique
+
+
+def agreeing_eagle3(target: LoadedModel, seed: int, draft_vocab: list[int] | None = None) -> Eagle3Module:
+    """An EAGLE-3 head trained briefly (20 Adam steps of training.eagle3's loss, chain_logits) on these targets' own
+    greedy continuations of PROMPTS: accepted for most drafted tokens and rejected for some (unlike a random
+    head, which is next to never accepted here), the way a head trained on the agent's own traces behaves.
+
+    It fuses the inputs of layers 0 and 1 and the trunk output (ids 0, 1, 2 of a 2-layer target). Cached per
+    target, seed and vocabulary: the drafter cases build their resources for every test.
+    """
+    key = (id(target), seed, draft_vocab is not None)
+    if key in _HEADS:
+        return _HEADS[key][1]
+    module = random_eagle3(target.model, seed=seed, layer_ids=[0, 1, 2], draft_vocab=draft_vocab)
+    plain = Engine(target, EngineConfig(drafter="none"))
+    seqs = [[*p, *plain.generate(p, MAX_NEW).tokens] for p in PROMPTS]
+    n = min(len(s) for s in seqs)
+    tokens = torch.tensor([s[:n] for s in seqs])
+    with torch.inference_mode():
+        runs = [target.forward(target.forward.new_cache(), s[:n], keep=n, hidden=module.taps) for s in seqs]
+    features = torch.stack([f for _, f in runs]).clone()  # [B, n, 3h]
+    labels = torch.stack([logits.argmax(-1) for logits, _ in runs]).clone()  # the target's own next tokens
+    t2d = torch.full((target.vocab_size,), -1, dtype=torch.long)
+    t2d[module.d2t if module.d2t.numel() else torch.arange(target.vocab_size)] = torch.arange(module.config.rows)
+    module.train().requires_grad_(True)
+    optimiser = torch.optim.Adam(module.parameters(), lr=3e-3)
+    for _ in range(20):
+        chained = module.chain_logits(features, tokens, 3)
+        loss = sum(
+            F.cross_entropy(c.reshape(-1, c.shape[-1]), t2d[labels[:, j + 1 : n - 1]].reshape(-1), ignore_index=-1)
+            for j, c in enumerate(chained)
+        )
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    _HEADS[key] = (target, module.eval().requires_grad_(False))
+    return module
+
+
 def half_vocab(target: LoadedModel, seed: int = 0) -> list[int]:
     """A shuffled half of the target's token ids (a draft vocabulary that misses some tokens the target emits)."""
     order = torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(seed))
@@ -76,6 +118,10 @@ def half_vocab(target: LoadedModel, seed: int = 0) -> list[int]:
 
 def with_mtp(seed: int, draft_vocab: bool = False) -> Callable[[LoadedModel], dict[str, Any]]:
     return lambda t: {"mtp": agreeing_mtp(t, seed, half_vocab(t) if draft_vocab else None)}
+
+
+def with_eagle3(seed: int, draft_vocab: bool = False) -> Callable[[LoadedModel], dict[str, Any]]:
+    return lambda t: {"eagle3": agreeing_eagle3(t, seed, half_vocab(t) if draft_vocab else None)}
 
 
 def with_draft(**kw) -> Callable[[LoadedModel], dict[str, Any]]:
@@ -96,7 +142,10 @@ DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | No
     ),
     "mtp": ("mtp", with_mtp(seed=1), {}),
     "mtp_draft_vocab": ("mtp", with_mtp(seed=2, draft_vocab=True), {}),
+    "eagle3": ("eagle3", with_eagle3(seed=1), {}),
+    "eagle3_draft_vocab": ("eagle3", with_eagle3(seed=2, draft_vocab=True), {}),
     "layer_skip": ("layer_skip", None, {"layers": 1}),
+    "eagle3+ngram_extend": ("eagle3+ngram", with_eagle3(seed=1), {"policy": "extend", "ngram.max_draft": 2}),
     "mtp+ngram": ("mtp+ngram", with_mtp(seed=1), {}),
     # an n-gram copy capped below gamma (ngram.max_draft), so the model child continues it (mixed steps)
     "mtp+ngram_extend": ("mtp+ngram", with_mtp(seed=1), {"policy": "extend", "ngram.max_draft": 2}),
@@ -108,7 +157,8 @@ DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | No
     # suffix drafts stop short of the budget, so under `extend` the MTP really continues them (mixed steps)
     "mtp+suffix_extend": ("mtp+suffix", with_mtp(seed=1), {"policy": "extend"}),
 }
-MODEL_CASES = ["draft_model", "mtp", "mtp_draft_vocab", "layer_skip"]  # drafters with a model behind them
+# drafters with a model behind them
+MODEL_CASES = ["draft_model", "mtp", "mtp_draft_vocab", "eagle3", "eagle3_draft_vocab", "layer_skip"]
 MAX_NEW = 40
 # Repetitive prompts give lookup drafters something to match; random ones test the rest.
 PROMPTS = [
@@ -340,19 +390,24 @@ def test_mixed_steps_are_credited_to_each_proposer(target, reference, case):
         assert sources == [lookup] * m + [model] * (len(sources) - m), sources
 
 
+HEADS = ("mtp", "eagle3")
+
+
 def mtp_child(drafter):
-    """The `mtp` drafter itself, or the `mtp` child of a combined drafter."""
-    if drafter.name == "mtp":
+    """The head drafter (`mtp`, `eagle3`) itself, or that child of a combined drafter."""
+    if drafter.name in HEADS:
         return drafter
-    return next(child for child in drafter.children if child.name == "mtp")
+    return next(child for child in drafter.children if child.name in HEADS)
 
 
-def fresh_mtp_entries(target, module: MtpModule, history: list[int]):
-    """Trunk outputs of history[:-1] from one forward on a fresh cache, and the MTP block cache built over them."""
-    _, trunk = target.forward(target.forward.new_cache(), history[:-1], hidden=True)  # [n - 1, h]
+def fresh_mtp_entries(target, module: MtpModule | Eagle3Module, history: list[int]):
+    """The head's tapped states of history[:-1] from one forward on a fresh cache, and its layer cache built over
+    them (the trunk outputs for an MTP module, the three fused layers' inputs for an EAGLE-3 head)."""
+    taps = module.taps if isinstance(module, Eagle3Module) else True
+    _, stored = target.forward(target.forward.new_cache(), history[:-1], hidden=taps)  # [n - 1, k h]
     cache = module.new_cache()
-    module.step(cache, trunk, history[1:])
-    return trunk, cache
+    module.step(cache, module.entry_rows(stored), history[1:])
+    return stored, cache
 
 
 def assert_mtp_state_matches(snapshots, target, module: MtpModule, history: list[int]) -> None:
@@ -366,7 +421,9 @@ def assert_mtp_state_matches(snapshots, target, module: MtpModule, history: list
         torch.testing.assert_close(v, fresh.v[:, :e], atol=1e-9, rtol=1e-9, msg=f"block values [0, {e}) differ")
 
 
-@pytest.mark.parametrize("case", ["mtp", "mtp+ngram", "mtp+suffix_extend"])
+@pytest.mark.parametrize(
+    "case", ["mtp", "mtp+ngram", "mtp+suffix_extend", "eagle3", "eagle3_draft_vocab", "eagle3+ngram_extend"]
+)
 def test_mtp_block_cache_is_rolled_back(target, case):
     """After every MTP proposal its block cache entries [0, entries) and its stored target hidden states equal a
     from-scratch computation over the history (the target's trunk outputs of history[:-1] from one forward, then
@@ -393,7 +450,7 @@ def test_mtp_block_cache_is_rolled_back(target, case):
     diverged = [*session.history[: len(PROMPTS[0]) + 9], *PROMPTS[1]]  # keeps 9 generated tokens, then new ones
     engine.generate(diverged, MAX_NEW, session=session)
     assert_mtp_state_matches(snapshots, target, module, session.history)
-    share = session.totals.per_drafter["mtp"]
+    share = session.totals.per_drafter[drafter.name]
     assert 0 < share["accepted"] < share["drafted"], f"MTP drafts must be both accepted and rejected: {share}"
     drafter.propose = propose
     history = session.history

@@ -25,6 +25,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.acceptance import ExactAcceptance, Verdict
+from engine.eagle3 import random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.mtp import random_mtp
 from engine.sampling import SamplingParams, effective_probs, sample
@@ -79,7 +80,7 @@ def p_value(engine: Engine, expected: torch.Tensor, draw=None, samples: int = SA
     return float(chisquare(obs_bins.numpy(), exp_bins.numpy()).pvalue)
 
 
-def make(target, draft, drafter: str, params: SamplingParams, mtp=None, **kw) -> Engine:
+def make(target, draft, drafter: str, params: SamplingParams, mtp=None, eagle3=None, **kw) -> Engine:
     config = EngineConfig(
         drafter=drafter,
         gamma=2,
@@ -89,7 +90,7 @@ def make(target, draft, drafter: str, params: SamplingParams, mtp=None, **kw) ->
         seed=1234,
         **kw,
     )
-    return Engine(target, config, draft=draft if drafter == "draft_model" else None, mtp=mtp)
+    return Engine(target, config, draft=draft if drafter == "draft_model" else None, mtp=mtp, eagle3=eagle3)
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -215,3 +216,35 @@ def test_negative_control_without_residual_fails_with_mtp(models, mtp_module):
     engine.acceptance = NoResidualAcceptance()
     p = p_value(engine, exact_joint(target, params), warm_draws(engine, []), MTP_SAMPLES)
     assert p < ALPHA, f"the test failed to detect a rule without the residual step with mtp drafts (p={p:.2e})"
+
+
+@pytest.fixture(scope="module")
+def eagle3_head(models):
+    """A random EAGLE-3 head whose LM head is the target's own (so q is peaked) over a random layer: its drafts are
+    accepted about as often as the random MTP module's, so residual steps are common."""
+    target = models[0]
+    head = random_eagle3(target.model, seed=0)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target.model.get_output_embeddings().weight)
+    return head
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_exact_sampling_with_eagle3_matches_plain_distribution(models, eagle3_head, setting):
+    target, draft = models
+    params = SETTINGS[setting]
+    engine = make(target, draft, "eagle3", params, eagle3=eagle3_head)
+    steps: list[GenerationStats] = []
+    p = p_value(engine, exact_joint(target, params), warm_draws(engine, steps), MTP_SAMPLES)
+    assert p > ALPHA, f"eagle3 exact sampling deviates from plain sampling (chi-square p={p:.2e})"
+    share = total(steps).per_drafter["eagle3"]
+    assert 0 < share["accepted"] < share["drafted"], share
+
+
+def test_negative_control_without_residual_fails_with_eagle3(models, eagle3_head):
+    target, draft = models
+    params = SETTINGS["t1"]
+    engine = make(target, draft, "eagle3", params, eagle3=eagle3_head)
+    engine.acceptance = NoResidualAcceptance()
+    p = p_value(engine, exact_joint(target, params), warm_draws(engine, []), MTP_SAMPLES)
+    assert p < ALPHA, f"the test failed to detect a rule without the residual step with eagle3 drafts (p={p:.2e})"
