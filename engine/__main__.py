@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
+from engine.eagle3 import load_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="target model: local folder (or a cached hub id)")
     p.add_argument("--draft", help="draft model folder (drafter draft_model); must share the tokenizer")
     p.add_argument("--mtp", help="MTP module folder (drafter mtp, mtp+ngram); python -m training.mtp trains one")
+    p.add_argument("--eagle3", help="EAGLE-3 head folder (drafter eagle3, eagle3+ngram); python -m training.eagle3")
     p.add_argument(
         "--drafter", default="none", help=f"one of {sorted(DRAFTERS)}, or A+B such as mtp+ngram (default: none)"
     )
@@ -89,7 +91,8 @@ def run(args: argparse.Namespace) -> dict:
     target = load_model(args.model, device=args.device, dtype=args.dtype, forward=args.forward)
     draft = load_model(args.draft, device=args.device, dtype=args.dtype, forward=args.forward) if args.draft else None
     mtp = load_mtp(args.mtp, target.model) if args.mtp else None
-    engine = Engine(target, config, draft=draft, mtp=mtp)
+    eagle3 = load_eagle3(args.eagle3, target.model) if args.eagle3 else None
+    engine = Engine(target, config, draft=draft, mtp=mtp, eagle3=eagle3)
     text = args.prompt if args.prompt is not None else args.prompt_file.read_text()
     result = engine.generate(encode_prompt(target, text, args.chat), args.max_new_tokens)
     out = result.to_dict()

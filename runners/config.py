@@ -207,6 +207,11 @@ def check_config(cfg: Any) -> EngineConfig:
     from engine.engine import Engine
 
     Engine.validate(candidate)  # option names and values, with the allowed ones in the message
+    if drafter_needs(candidate.drafter).eagle3 and not cfg.model.get("eagle3"):
+        raise ValueError(
+            f"engine.drafter={candidate.drafter} needs an EAGLE-3 head: model={cfg.model.name} has model.eagle3=null "
+            "(pass model.eagle3=DIR; python -m training.eagle3 --target DIR --out DIR trains one)"
+        )
     if drafter_needs(candidate.drafter).mtp and not cfg.model.mtp:
         raise ValueError(
             f"engine.drafter={candidate.drafter} needs MTP weights: model={cfg.model.name} has model.mtp=null "

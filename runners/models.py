@@ -15,6 +15,7 @@ from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
+from engine.eagle3 import Eagle3Module, load_eagle3
 from engine.loading import LoadedModel, load_model
 from engine.mtp import MtpModule, load_mtp
 from engine.tiny import make_tiny_model
@@ -77,6 +78,8 @@ class Models:
     draft_path: str | None
     mtp: MtpModule | None = None  # MTP weights bound to the target (model.mtp), for drafters that need them
     mtp_path: str | None = None
+    eagle3: Eagle3Module | None = None  # an EAGLE-3 head bound to the target (model.eagle3), for drafter eagle3
+    eagle3_path: str | None = None
 
     def forward_paths(self) -> dict[str, str | None]:
         """The numeric path each model runs on and why (provenance), e.g. "onednn float32 (auto: ...)"."""
@@ -94,8 +97,9 @@ def load_models(
     dtype: str = "auto",
     forward: str = "auto",
     mtp: str | None = None,
+    eagle3: str | None = None,
 ) -> Models:
-    """Load the configured models (and MTP weights for the target); `tiny` builds the random pair on first use."""
+    """Load the configured models (and MTP / EAGLE-3 heads for the target); `tiny` builds the random pair."""
     hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress output
     target_path, draft_path = target, draft
     if TINY in (target, draft):
@@ -108,4 +112,8 @@ def load_models(
     loaded_draft = load_model(draft_path, device=device, dtype=dtype, forward=forward) if draft_path else None
     mtp_path = resolve_model_path(mtp) if mtp else None
     loaded_mtp = load_mtp(mtp_path, loaded_target.model) if mtp_path else None
-    return Models(loaded_target, loaded_draft, target_path, draft_path, loaded_mtp, mtp_path)
+    eagle3_path = resolve_model_path(eagle3) if eagle3 else None
+    loaded_eagle3 = load_eagle3(eagle3_path, loaded_target.model) if eagle3_path else None
+    return Models(
+        loaded_target, loaded_draft, target_path, draft_path, loaded_mtp, mtp_path, loaded_eagle3, eagle3_path
+    )

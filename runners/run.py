@@ -76,6 +76,7 @@ def prepare(
     draft: str | None,
     plain: EngineConfig | None = None,
     mtp: str | None = None,
+    eagle3: str | None = None,
 ) -> tuple[list[Instance], Models, Path, Comparison]:
     """Instances, loaded models, output folder and the Comparison a command runs (shared by run and eval_model)."""
     task = cfg.task
@@ -85,7 +86,13 @@ def prepare(
         torch.set_num_threads(cfg.run.threads)
     device = cfg.model.device or cfg.hardware.device
     models = load_models(
-        cfg.model.target, draft, device=device, dtype=cfg.model.dtype, forward=cfg.model.forward, mtp=mtp
+        cfg.model.target,
+        draft,
+        device=device,
+        dtype=cfg.model.dtype,
+        forward=cfg.model.forward,
+        mtp=mtp,
+        eagle3=eagle3,
     )
     out_dir = Path(cfg.run.root) / cfg.run.name
     backend = backend_class((candidate or plain or EngineConfig()).backend)
@@ -113,6 +120,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 candidate,
                 draft=cfg.model.draft,
                 mtp=cfg.model.mtp if drafter_needs(candidate.drafter).mtp else None,
+                eagle3=cfg.model.eagle3 if drafter_needs(candidate.drafter).eagle3 else None,
             )
             config_dict = OmegaConf.to_container(cfg, resolve=True)
             tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)

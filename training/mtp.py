@@ -1,4 +1,5 @@
-"""Train an MTP module for any causal-LM target on agent traces, frozen target, and check it teacher-forced.
+"""Train an MTP module (or, as kind `eagle3`, an EAGLE-3 head: training/eagle3.py) for any causal-LM target on
+agent traces, frozen target, and check it teacher-forced.
 
     python -m training.mtp --target DIR --out DIR [--data DIR ...] [--work runs/mtp] [--draft-vocab N]
                            [--epochs N] [--depth 3] [--device auto] [--quick]
@@ -22,18 +23,65 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from engine.eagle3 import Eagle3Config, Eagle3Module, save_eagle3
+from engine.heads import ChainedHead
+from engine.llama import TRUNK
 from engine.loading import load_model
 from engine.mtp import MtpConfig, MtpModule, save_mtp
 from training.mtp_data import Cached, cache_split, load_trajectories, target_trajectories
 from training.trainer import TrainConfig, batches, pad, train
 
 EVAL_SPLITS = ("dev", "test")
+
+
+@dataclass(frozen=True)
+class HeadKind:
+    """What differs between the heads this trainer makes: how one is built for a target, its taps, how it is saved."""
+
+    name: str  # the drafter it serves; also names the work files
+    build: Callable[[torch.nn.Module, list[int], argparse.Namespace], ChainedHead]  # (target, draft vocab, args)
+    save: Callable[[Any, Path], Path]
+    taps: Callable[[torch.nn.Module, argparse.Namespace], tuple[int, ...]]  # the target states it reads
+
+
+def _build_mtp(model: torch.nn.Module, vocab: list[int], args: argparse.Namespace) -> MtpModule:
+    module = MtpModule(MtpConfig.for_target(model, draft_vocab_size=len(vocab)))
+    if vocab:
+        module.d2t.copy_(torch.tensor(vocab))
+    return module
+
+
+def _build_eagle3(model: torch.nn.Module, vocab: list[int], args: argparse.Namespace) -> Eagle3Module:
+    """A head for `model`; its LM head and final norm start as the target's own (rows of the draft vocabulary)."""
+    module = Eagle3Module(Eagle3Config.for_target(model, args.layers, draft_vocab_size=len(vocab)))
+    with torch.no_grad():
+        if vocab:
+            module.d2t.copy_(torch.tensor(vocab))
+        head = model.get_output_embeddings().weight.detach().float()
+        module.lm_head.weight.copy_(head[module.d2t] if vocab else head)
+        norm = getattr(getattr(model, "model", None), "norm", None)
+        if norm is not None and getattr(norm, "weight", None) is not None:
+            module.norm.weight.copy_(norm.weight.detach().float())
+    return module
+
+
+KINDS = {
+    "mtp": HeadKind("mtp", _build_mtp, save_mtp, lambda model, args: (TRUNK,)),
+    "eagle3": HeadKind(
+        "eagle3",
+        _build_eagle3,
+        save_eagle3,
+        lambda model, args: tuple(Eagle3Config.for_target(model, args.layers).layer_ids),
+    ),
+}
 
 
 def choose_draft_vocab(train: Cached, size: int, vocab: int) -> list[int]:
@@ -122,12 +170,21 @@ def agreement(module: MtpModule, data: Cached, depth: int, device: torch.device)
     }
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.mtp", description=__doc__.split("\n\n")[0])
+def _args(argv: list[str] | None, kind: str = "mtp", doc: str | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"python -m training.{kind}", description=(doc or __doc__).split("\n\n")[0])
     p.add_argument("--target", required=True, help="the target model folder (any AutoModelForCausalLM)")
-    p.add_argument("--out", required=True, help="where to write the MTP module (config.json + model.safetensors)")
+    p.add_argument("--out", required=True, help=f"where to write the {kind} head (config.json + model.safetensors)")
     p.add_argument("--data", nargs="*", help="folders of agent trajectories to train on (default: the target's own)")
-    p.add_argument("--work", default="runs/mtp", help="trajectories, cached target states, checkpoint (resumable)")
+    p.add_argument("--work", default=f"runs/{kind}", help="trajectories, cached target states, checkpoint (resumable)")
+    if kind == "eagle3":
+        p.add_argument(
+            "--layers",
+            type=int,
+            nargs=3,
+            default=None,
+            metavar=("LOW", "MID", "HIGH"),
+            help="target layers whose inputs are fused (default: EAGLE-3's 2, n/2, n-3; 1, n/2, n-1 below 8 layers)",
+        )
     p.add_argument(
         "--draft-vocab",
         type=int,
@@ -147,9 +204,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Train, save and check; returns the exit status."""
-    args = _args(argv)
+def main(argv: list[str] | None = None, kind: str = "mtp", doc: str | None = None) -> int:
+    """Train, save and check a head of `kind` (KINDS); returns the exit status."""
+    head_kind = KINDS[kind]
+    args = _args(argv, kind, doc)
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(args.work)
@@ -165,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
     target = load_model(args.target, device=str(device), dtype="float32", forward="transformers")
     model = target.model.requires_grad_(False)
+    taps = head_kind.taps(model, args)
     data: dict[str, Cached] = {}
     for split in ("train", *EVAL_SPLITS):  # dev and test: always the target's own, for the check
         if split == "train" and args.data:
@@ -172,19 +231,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             trajectories = load_trajectories(target_trajectories(args.target, split, work, limit, log))
         data[split] = cache_split(
-            model, target.tokenizer, trajectories, work / f"states-{split}{'-quick' if args.quick else ''}.pt", log
+            model,
+            target.tokenizer,
+            trajectories,
+            work / f"states-{split}{'-quick' if args.quick else ''}.pt",
+            log,
+            taps,
         )
         tokens = sum(len(s.ids) for s in data[split].sequences)
         log(f"{split}: {len(data[split].sequences)} sequences, {tokens} tokens")
 
     full = int(model.config.get_text_config(decoder=True).vocab_size)
     vocab = choose_draft_vocab(data["train"], args.draft_vocab, full) if 0 < args.draft_vocab < full else []
-    config = MtpConfig.for_target(model, draft_vocab_size=len(vocab))
     torch.manual_seed(args.seed)
-    module = MtpModule(config)
-    if vocab:
-        module.d2t.copy_(torch.tensor(vocab))
-    module = module.to(device).bind(model)
+    module = head_kind.build(model, vocab, args).to(device).bind(model)
+    config = module.config
     t2d = torch.full((config.vocab_size,), -1, dtype=torch.long, device=device)
     if vocab:
         t2d[module.d2t] = torch.arange(len(vocab), device=device)
@@ -213,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         module,
         data["train"].sequences,
         train_config,
-        work / "mtp-checkpoint.pt",
+        work / f"{kind}-checkpoint.pt",
         pad_id,
         loss_fn=loss_fn,
         log=log,
@@ -231,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         coverage = sum(t in chosen for t in said) / max(1, len(said))
     module.config.trained = {
-        "command": "python -m training.mtp " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": f"python -m training.{kind} " + " ".join(sys.argv[1:] if argv is None else argv),
         "data": "--data " + " ".join(args.data) if args.data else "the target's own trajectories, swe-lite train",
         "train_sequences": len(data["train"].sequences),
         "steps": summary["steps"],
@@ -242,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "draft_vocab_coverage_test": coverage,
         "agreement": checks,
     }
-    save_mtp(module.to("cpu"), args.out)
+    head_kind.save(module.to("cpu"), Path(args.out))
     for split, check in checks.items():
         cells = ", ".join(f"{j + 1}: {v:.1%}" for j, v in enumerate(check["position"]))
         forced = ", ".join(f"{j + 1}: {v:.1%}" for j, v in enumerate(check["position_teacher_forced"]))

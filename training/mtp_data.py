@@ -1,11 +1,12 @@
-"""Data for training MTP modules: the target's own agent trajectories, rendered and run through the frozen target once.
+"""Data for training draft heads: the target's own agent trajectories, rendered and run through the frozen target once.
 
 By default the trajectories are the target's own (plain greedy decoding through the real agent loop,
 sandbox and evaluation: `python -m runners.eval_model`, run as a subprocess into the work folder, so
 an interrupted run resumes and nothing it starts outlives it): what the target itself says, so the
 module learns to imitate it. A sequence is rendered exactly as the agent loop fed it, and the frozen
-target gives, for every position, its trunk output (the last decoder layer's, before the final norm)
-and its own greedy next token: the labels (self-distillation). The cache is written once per split and
+target gives, for every position, the hidden states the head reads (the trunk output, the last decoder
+layer's before the final norm, for MTP; three layers' inputs for EAGLE-3) and its own greedy next token:
+the labels (self-distillation). The cache is written once per split and
 reused while the target and the trajectories are the same.
 """
 
@@ -21,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-from engine.forward import catch_output, decoder_layers
-from engine.mtp import fingerprint, target_config, weights_probe
+from engine.forward import tap_hooks
+from engine.heads import fingerprint, target_config, weights_probe
+from engine.llama import TRUNK, resolve_taps
 from training.sequences import Sequence, from_trajectory
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -33,7 +35,7 @@ class Cached:
     """One split's sequences with the frozen target's outputs."""
 
     sequences: list[Sequence]
-    hidden: list[torch.Tensor]  # per sequence [T, h]: trunk output at each position (float32, CPU)
+    hidden: list[torch.Tensor]  # per sequence [T, k h]: the tapped states at each position (float32, CPU)
     labels: list[torch.Tensor]  # per sequence [T]: the target's greedy next token after each position
 
 
@@ -87,8 +89,10 @@ def load_trajectories(folder: Path) -> list[dict]:
     return out
 
 
-def _key(model: torch.nn.Module, sequences: list[Sequence]) -> str:
+def _key(model: torch.nn.Module, sequences: list[Sequence], taps: tuple[int, ...]) -> str:
     digest = hashlib.sha256(fingerprint(target_config(model)).encode())
+    if taps != (TRUNK,):  # the trunk-only key stays what it was, so existing MTP caches stay valid
+        digest.update(repr(taps).encode())
     digest.update(repr(weights_probe(model)).encode())
     for s in sequences:
         digest.update(bytes(str(s.ids), "ascii"))
@@ -96,24 +100,32 @@ def _key(model: torch.nn.Module, sequences: list[Sequence]) -> str:
 
 
 @torch.inference_mode()
-def run_target(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(trunk outputs [T, h], greedy next tokens [T]) of the frozen target over one sequence."""
-    caught: list[torch.Tensor] = []
-    handle = decoder_layers(model)[-1].register_forward_hook(catch_output(caught))
+def run_target(
+    model: torch.nn.Module, ids: list[int], taps: tuple[int, ...] = (TRUNK,)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tapped states [T, k h], greedy next tokens [T]) of the frozen target over one sequence (default: the trunk)."""
+    layers = int(model.config.get_text_config(decoder=True).num_hidden_layers)
+    handles, caught = tap_hooks(model, resolve_taps(taps, layers))
     try:
         device = next(model.parameters()).device
         logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
     finally:
-        handle.remove()
-    return caught[0][0].float().cpu(), logits.argmax(-1).cpu()
+        for handle in handles:
+            handle.remove()
+    return torch.cat([c[0][0] for c in caught], dim=-1).float().cpu(), logits.argmax(-1).cpu()
 
 
 def cache_split(
-    model: torch.nn.Module, tokenizer, trajectories: list[dict], path: Path, log: Callable[[str], None] = print
+    model: torch.nn.Module,
+    tokenizer,
+    trajectories: list[dict],
+    path: Path,
+    log: Callable[[str], None] = print,
+    taps: tuple[int, ...] = (TRUNK,),
 ) -> Cached:
-    """Render, run the frozen target once and keep the result in `path` (reused while target and data match)."""
+    """Render, run the frozen target once and keep the result in `path` (reused while target, data and taps match)."""
     sequences = [from_trajectory(t, tokenizer) for t in trajectories]
-    key = _key(model, sequences)
+    key = _key(model, sequences, taps)
     if path.is_file():
         state = torch.load(path, weights_only=False)
         if state.get("key") == key:
@@ -121,7 +133,7 @@ def cache_split(
         log(f"{path}: written for another target or data; recomputing")
     hidden, labels = [], []
     for i, s in enumerate(sequences):
-        h, y = run_target(model, s.ids)
+        h, y = run_target(model, s.ids, taps)
         hidden.append(h)
         labels.append(y)
         if (i + 1) % 50 == 0:

@@ -16,7 +16,14 @@ import optuna
 from engine.drafters import drafter_needs, drafter_state_bytes_per_token
 from engine.engine import Engine, EngineConfig
 from engine.kv import capacity_bound
-from engine.memory import ModelShape, estimate_memory, largest_context, model_shape, mtp_weight_bytes
+from engine.memory import (
+    ModelShape,
+    eagle3_weight_bytes,
+    estimate_memory,
+    largest_context,
+    model_shape,
+    mtp_weight_bytes,
+)
 
 GIB = 1 << 30
 # Constraint name -> what a positive value means (for the report).
@@ -40,6 +47,7 @@ class MemoryFacts:
     overhead_bytes: int
     measured_on_cuda: bool
     mtp_weight_bytes: int = 0  # the loaded MTP module's own tensors (the full LM head and embedding are the target's)
+    eagle3_weight_bytes: int = 0  # the loaded EAGLE-3 head's own tensors (its LM head included; the embedding's shared)
     sessions: int = 1  # sessions served at once (a tuner.concurrency level): each with its KV at the context
 
 
@@ -50,6 +58,7 @@ def memory_facts(
     target = model_shape(target_path)
     dtype = str(next(models.target.model.parameters()).dtype).removeprefix("torch.")
     mtp = getattr(models, "mtp", None)
+    eagle3 = getattr(models, "eagle3", None)
     return MemoryFacts(
         target=target,
         draft=model_shape(draft) if draft else None,
@@ -58,6 +67,9 @@ def memory_facts(
         overhead_bytes=int(overhead_gib * GIB),
         measured_on_cuda=models.target.device.type == "cuda",
         mtp_weight_bytes=mtp_weight_bytes(target, dtype, mtp.config.draft_vocab_size) if mtp is not None else 0,
+        eagle3_weight_bytes=(
+            eagle3_weight_bytes(target, dtype, eagle3.config.draft_vocab_size) if eagle3 is not None else 0
+        ),
     )
 
 
@@ -86,7 +98,8 @@ def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int
         "draft": draft,
         "draft_dtype": facts.dtype if draft is not None else None,
         "overhead_bytes": facts.overhead_bytes,
-        "drafter_weight_bytes": facts.mtp_weight_bytes if needs.mtp else 0,
+        "drafter_weight_bytes": (facts.mtp_weight_bytes if needs.mtp else 0)
+        + (facts.eagle3_weight_bytes if needs.eagle3 else 0),
         "drafter_bytes_per_token": drafter_state_bytes_per_token(config.drafter, options, facts.target, facts.dtype),
         "sessions": facts.sessions,
     }

@@ -236,6 +236,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         cfg.space,
         has_draft=bool(cfg.model.draft),
         has_mtp=bool(cfg.model.get("mtp")),
+        has_eagle3=bool(cfg.model.get("eagle3")),
         backend=base.backend,
         serve=serve,
     )
@@ -258,6 +259,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         dtype=cfg.model.dtype,
         forward=cfg.model.forward,
         mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
+        eagle3=cfg.model.get("eagle3") if any(n.eagle3 for n in needs) else None,
     )
     backend = backend_class(base.backend)
     wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))

@@ -121,18 +121,26 @@ def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
                 )
 
 
-def _missing(name: str, *, has_draft: bool, has_mtp: bool) -> str | None:
+def _missing(name: str, *, has_draft: bool, has_mtp: bool, has_eagle3: bool) -> str | None:
     """Why drafter `name` cannot run with this model config (None: it can)."""
     needs = drafter_needs(name)
     if needs.draft_model and not has_draft:
         return "the model config has no draft (model.draft is null)"
     if needs.mtp and not has_mtp:
         return "the model config has no MTP weights (model.mtp is null; train them: python -m training.mtp)"
+    if needs.eagle3 and not has_eagle3:
+        return "the model config has no EAGLE-3 head (model.eagle3 is null; train one: python -m training.eagle3)"
     return None
 
 
 def load_space(
-    node: Any, *, has_draft: bool, has_mtp: bool = False, backend: str = "builtin", serve: tuple[str, ...] = ()
+    node: Any,
+    *,
+    has_draft: bool,
+    has_mtp: bool = False,
+    has_eagle3: bool = False,
+    backend: str = "builtin",
+    serve: tuple[str, ...] = (),
 ) -> Space:
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
@@ -154,7 +162,7 @@ def load_space(
             raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
         knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in _knob_nodes(knobs_node).items()}
         _check_drafter(name, knobs)
-        why = _missing(name, has_draft=has_draft, has_mtp=has_mtp)
+        why = _missing(name, has_draft=has_draft, has_mtp=has_mtp, has_eagle3=has_eagle3)
         if why is None and kind.export_target:
             why = _not_served(name, (kind.export_target,))
         if why is None and serve:

@@ -46,7 +46,7 @@ class EngineBackend:
     @classmethod
     def create(cls, config: EngineConfig, models: Any, server: Any | None, concurrency: int = 1) -> EngineBackend:
         """An Engine on the loaded target, draft and MTP module (runners.models.Models)."""
-        return cls(Engine(models.target, config, draft=models.draft, mtp=models.mtp), concurrency)
+        return cls(Engine(models.target, config, draft=models.draft, mtp=models.mtp, eagle3=models.eagle3), concurrency)
 
     @classmethod
     def announce(cls, described: dict[str, Any]) -> str | None:

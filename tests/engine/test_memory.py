@@ -516,3 +516,27 @@ def test_cli_sessions(capsys: pytest.CaptureFixture[str]) -> None:
     assert "x 4 sessions" in out and "per session (4 sessions at once)" in out
     assert main(["--model", str(TARGET), "--dtype", "float32", "--sessions", "0"]) == 2
     assert "sessions must be an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("vocab", [None, list(range(0, 2048, 2))])
+def test_eagle3_terms_count_what_the_drafter_allocates(vocab):
+    """The EAGLE-3 head's bytes (its own LM head included) and its per-position state (layer KV + 3 kept states)."""
+    from engine.drafters.eagle3 import Eagle3Drafter
+    from engine.eagle3 import random_eagle3
+    from engine.memory import eagle3_state_bytes_per_token, eagle3_weight_bytes
+
+    target = load_model(str(TARGET), device="cpu", dtype="float32")
+    shape = model_shape(str(TARGET))
+    head = random_eagle3(target.model, seed=0, draft_vocab=vocab)
+    held = sum(p.numel() * p.element_size() for p in head.parameters())
+    assert eagle3_weight_bytes(shape, "float32", draft_vocab=len(vocab or [])) == held
+
+    engine = Engine(target, EngineConfig(drafter="eagle3", gamma=3), eagle3=head)
+    session = engine.new_session()
+    engine.generate(PROMPT * 3, 20, session=session)
+    drafter = session.drafter
+    assert isinstance(drafter, Eagle3Drafter)
+    positions = drafter._cache.k.shape[1]
+    assert drafter._hidden.shape[0] == positions
+    allocated = drafter._cache.allocated_bytes() + drafter._hidden.numel() * drafter._hidden.element_size()
+    assert allocated == eagle3_state_bytes_per_token(shape, "float32") * positions
