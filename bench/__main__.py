@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         " when it holds one, as models/spectune-tiny does)",
     )
     eng.add_argument(
+        "--eagle3",
+        default=None,
+        help="EAGLE-3 head folder for the eagle3 cases (needs --model; default: the target folder's ../eagle3 when"
+        " it holds one)",
+    )
+    eng.add_argument(
         "--prompts",
         choices=PROMPT_SETS,
         default="builtin",
@@ -334,6 +340,11 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     mtp = args.mtp
     if mtp is None and args.model is not None and (Path(args.model).parent / "mtp" / "config.json").is_file():
         mtp = str(Path(args.model).parent / "mtp")  # a bundled pair's own MTP module (models/spectune-tiny/mtp)
+    if args.eagle3 is not None and args.model is None:
+        parser.error("--eagle3 needs --model (an EAGLE-3 head is trained for one target)")
+    eagle3 = args.eagle3
+    if eagle3 is None and args.model is not None and (Path(args.model).parent / "eagle3" / "config.json").is_file():
+        eagle3 = str(Path(args.model).parent / "eagle3")
 
     # transformers' loading / saving progress bars and info logs would clutter stderr; restored afterwards.
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
@@ -357,6 +368,7 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             device=args.device,
             mtp=mtp,
             profile=args.profile,
+            eagle3=eagle3,
         )
     except (ValueError, FileNotFoundError) as exc:  # a bad --device / --dtype / --forward, a broken model folder
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

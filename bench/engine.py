@@ -30,6 +30,7 @@ import torch
 from agents.recording import first_divergence
 from bench.costs import limit_rows, paths_costs, step_profile_rows, synchronize
 from bench.prompts import PROMPTS, QUICK_PROMPTS, Prompt
+from engine.eagle3 import Eagle3Module, load_eagle3, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
 from engine.loading import LoadedModel, load_model
@@ -57,6 +58,8 @@ RATIOS: dict[str, tuple[str, str]] = {
     "draft_on_vs_off": ("spectune_draft_model", "spectune_plain"),
     **{f"mtp_g{g}_on_vs_off": (f"spectune_mtp_g{g}", "spectune_plain") for g in (1, 2, 3, 4)},
     **{f"mtp_g{g}_vs_draft": (f"spectune_mtp_g{g}", "spectune_draft_model") for g in (1, 2, 3, 4)},
+    **{f"eagle3_g{g}_on_vs_off": (f"spectune_eagle3_g{g}", "spectune_plain") for g in (1, 2, 3, 4)},
+    **{f"eagle3_g{g}_vs_mtp": (f"spectune_eagle3_g{g}", f"spectune_mtp_g{g}") for g in (1, 2, 3, 4)},
     **{f"layer_skip_k{k}_on_vs_off": (f"spectune_layer_skip_k{k}", "spectune_plain") for k in (1, 2)},
     "layer_skip_k1_vs_transformers": ("spectune_layer_skip_k1", "transformers_early_exit_k1"),
     "mtp_ngram_first_on_vs_off": ("spectune_mtp_ngram_first", "spectune_plain"),
@@ -73,6 +76,7 @@ IDENTITY: dict[str, tuple[str, str]] = {
     "suffix_vs_plain": ("spectune_suffix", "spectune_plain"),
     "draft_vs_plain": ("spectune_draft_model", "spectune_plain"),
     **{f"mtp_g{g}_vs_plain": (f"spectune_mtp_g{g}", "spectune_plain") for g in MTP_GAMMAS},
+    **{f"eagle3_g{g}_vs_plain": (f"spectune_eagle3_g{g}", "spectune_plain") for g in MTP_GAMMAS},
     **{f"layer_skip_k{k}_vs_plain": (f"spectune_layer_skip_k{k}", "spectune_plain") for k in LAYER_SKIPS},
     "layer_skip_k1_vs_transformers": ("spectune_layer_skip_k1", "transformers_early_exit_k1"),
     "mtp_ngram_first_vs_plain": ("spectune_mtp_ngram_first", "spectune_plain"),
@@ -84,6 +88,7 @@ DRAFTER_CASES: dict[str, tuple[str, str]] = {
     "spectune_suffix": ("suffix", "suffix_on_vs_off"),
     "spectune_draft_model": ("draft_model", "draft_on_vs_off"),
     **{f"spectune_mtp_g{g}": (f"mtp_g{g}", f"mtp_g{g}_on_vs_off") for g in MTP_GAMMAS},
+    **{f"spectune_eagle3_g{g}": (f"eagle3_g{g}", f"eagle3_g{g}_on_vs_off") for g in MTP_GAMMAS},
     **{f"spectune_layer_skip_k{k}": (f"layer_skip_k{k}", f"layer_skip_k{k}_on_vs_off") for k in LAYER_SKIPS},
     "spectune_mtp_ngram_first": ("mtp+ngram first", "mtp_ngram_first_on_vs_off"),
     "spectune_mtp_ngram_extend": ("mtp+ngram extend", "mtp_ngram_extend_on_vs_off"),
@@ -240,13 +245,14 @@ def build_cases(
     gamma: int,
     max_new: int,
     mtp: MtpModule | None = None,
+    eagle3: Eagle3Module | None = None,
 ) -> tuple[list[Case], dict[str, str]]:
     """Every case in its fixed order, plus the cases skipped and why. Engines are built here, once."""
     inputs = [torch.tensor([p], device=target.device) for p in prompts]
     tm = target.model
 
     def spec(name: str, **cfg: Any) -> Case:
-        engine = Engine(target, EngineConfig(**cfg), draft=draft, mtp=mtp)  # each keeps what its drafter needs
+        engine = Engine(target, EngineConfig(**cfg), draft=draft, mtp=mtp, eagle3=eagle3)  # each keeps what it needs
         return _spectune_case(name, engine, prompts, max_new)
 
     cases = [
@@ -284,6 +290,12 @@ def build_cases(
         why = "no MTP module (--mtp DIR): unsupported, not measured"
         names = [f"spectune_mtp_g{g}" for g in MTP_GAMMAS] + ["spectune_mtp_ngram_first", "spectune_mtp_ngram_extend"]
         skipped.update(dict.fromkeys(names, why))
+    if eagle3 is not None:
+        cases += [spec(f"spectune_eagle3_g{g}", drafter="eagle3", gamma=g) for g in MTP_GAMMAS]
+    else:
+        skipped.update(
+            dict.fromkeys([f"spectune_eagle3_g{g}" for g in MTP_GAMMAS], "no EAGLE-3 head (--eagle3 DIR): not measured")
+        )
     for k in LAYER_SKIPS:
         if k < target.num_layers:
             cases.append(spec(f"spectune_layer_skip_k{k}", drafter="layer_skip", gamma=gamma, options={"layers": k}))
@@ -645,6 +657,7 @@ def run_engine_bench(
     device: str = "cpu",
     mtp: str | None = None,
     profile: bool = False,
+    eagle3: str | None = None,
 ) -> dict[str, Any]:
     """Load (or build) the models, measure every case, return the report.
 
@@ -668,6 +681,10 @@ def run_engine_bench(
         mtp_m = load_mtp(mtp, target.model)
     else:  # the tiny random models get a random MTP module: every case runs (mechanics, not acceptance)
         mtp_m = random_mtp(target.model, seed=0) if tiny else None
+    if eagle3 is not None:
+        eagle3_m = load_eagle3(eagle3, target.model)
+    else:  # likewise a random EAGLE-3 head for the tiny random models
+        eagle3_m = random_eagle3(target.model, seed=0) if tiny else None
     if prompt_set not in PROMPT_SETS:
         raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":
@@ -679,7 +696,7 @@ def run_engine_bench(
         chosen: tuple[Prompt, ...] = QUICK_PROMPTS if quick else PROMPTS
         prompts = [target.tokenizer.encode(p.text, add_special_tokens=False) for p in chosen]
         names, kinds = [p.name for p in chosen], [p.kind for p in chosen]
-    cases, skipped = build_cases(target, draft_m, prompts, gamma, max_new_tokens, mtp_m)
+    cases, skipped = build_cases(target, draft_m, prompts, gamma, max_new_tokens, mtp_m, eagle3_m)
     setup = {
         "device": str(target.device),
         "threads": torch.get_num_threads(),
@@ -721,6 +738,10 @@ def run_engine_bench(
             "spectune_draft_model": {"gamma": gamma, "gamma_policy": "fixed"},
             "spectune_suffix": {"gamma": gamma, "reset_drafter_state": "before every pass"},
             "spectune_mtp_g*": {"gamma": "the case's", "mtp": mtp or ("random (tiny models)" if tiny else None)},
+            "spectune_eagle3_g*": {
+                "gamma": "the case's",
+                "eagle3": eagle3 or ("random (tiny models)" if tiny else None),
+            },
             "spectune_mtp_ngram_*": {
                 "gamma": gamma,
                 "policy": "the case's",

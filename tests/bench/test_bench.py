@@ -147,8 +147,8 @@ def test_model_without_draft_skips_draft_cases(cache, capsys):
     target, _ = tiny_models(quick=True, root=cache)
     report = run_json(capsys, [*QUICK, "--model", str(target)])
     assert report["setup"]["draft"] is None
-    # A model folder without --mtp (and no mtp/ beside it) has no MTP module: those cases are skipped too.
-    mtp_ratios = {k for k in RATIOS if k.startswith("mtp_")}
+    # A model folder without --mtp / --eagle3 (and no mtp/, eagle3/ beside it) has no heads: those cases are skipped.
+    mtp_ratios = {k for k in RATIOS if k.startswith(("mtp_", "eagle3_"))}
     for key in RATIOS:
         if key in DRAFT_RATIOS or key in mtp_ratios or key.startswith("layer_skip_k2"):
             assert report[key] is None
@@ -157,6 +157,7 @@ def test_model_without_draft_skips_draft_cases(cache, capsys):
             assert isinstance(report[key], float) and report[key] > 0, key
     assert all("draft" in report["skipped"]["ratios"][k] for k in DRAFT_RATIOS if k not in mtp_ratios)
     mtp_cases = {f"spectune_mtp_g{g}" for g in (1, 2, 3, 4)} | {"spectune_mtp_ngram_first", "spectune_mtp_ngram_extend"}
+    mtp_cases |= {f"spectune_eagle3_g{g}" for g in (1, 2, 3, 4)}
     assert set(report["skipped"]["cases"]) == {
         "spectune_draft_model",
         "transformers_assisted",
