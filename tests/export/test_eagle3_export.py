@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.eagle3 import random_eagle3, save_eagle3
 from engine.engine import EngineConfig
@@ -86,7 +87,14 @@ def test_the_last_layers_output_is_out_of_sglangs_reach_but_not_vllms(tiny_targe
 
 
 def test_a_full_vocabulary_head_with_d2t_is_refused_by_vllm(tiny_target, tmp_path):
-    full = _head(tiny_target, tmp_path / "head", [1, 2, 3])  # draft vocabulary = the target's, d2t written anyway
+    from safetensors.torch import load_file, save_file
+
+    full = _head(tiny_target, tmp_path / "head", [1, 2, 3])  # draft vocabulary = the target's
+    # spectune writes no maps on a full-vocabulary head; heads trained elsewhere often carry a zero d2t anyway
+    weights = full / "model.safetensors"
+    state = load_file(str(weights))
+    state["d2t"] = torch.zeros(8192, dtype=torch.int64)
+    save_file(state, str(weights))
     info = read_eagle3_head(full)
     assert info is not None and info.has_d2t and info.draft_vocab_size == info.vocab_size
     write_exports(tmp_path / "best", make_record(EAGLE3, eagle3=str(full)))
