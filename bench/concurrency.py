@@ -94,7 +94,7 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     servers = {}
     for backend in setup.backends:
         cls = backend_class(backend)
-        servers[backend] = cls.settings_from(base, models, out / "server-logs", draft=True, mtp=True)
+        servers[backend] = cls.settings_from(base, models, out / "server-logs", draft=True, mtp=True, eagle3=True)
     # results[(backend, level, method)] -> per repeat: {"on": side summary, "off": side summary, "wave": ...}
     results: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     t_start = time.perf_counter()

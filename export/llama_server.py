@@ -114,13 +114,20 @@ def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
 
 
+# Model drafters with a llama-server kind of their own (what a combination's model child would need).
+_MODEL_KINDS = {"draft_model": "draft-simple", "mtp": "draft-mtp", "eagle3": "draft-eagle3"}
+
+
 def _combined_row(drafter: str, child: str) -> Mapping:
     """A combination exports its lookup child alone, saying why each model child is left out."""
     others = [p for p in drafter.split("+") if p != child]
 
     def why(other: str) -> str:
-        if other == "mtp":
-            return "mtp: alone it maps to draft-mtp, but how llama.cpp combines several --spec-type kinds is not mapped"
+        if other in _MODEL_KINDS:
+            return (
+                f"{other}: alone it maps to {_MODEL_KINDS[other]}, but how llama.cpp combines several --spec-type "
+                "kinds is not mapped"
+            )
         return f"{other}: {no_equivalent(other, TARGET)}"
 
     return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({'; '.join(map(why, others))})")
@@ -233,7 +240,7 @@ def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[list[Flag], list[Ma
 
 
 def _confidence(engine: EngineConfig, flags: list[Flag], rows: list[Mapping]) -> None:
-    """The confidence policy as --spec-draft-p-min (draft-simple and draft-mtp both stop on it)."""
+    """The confidence policy as --spec-draft-p-min (draft-simple, draft-mtp and draft-eagle3 all stop on it)."""
     if engine.gamma_policy != "confidence":
         return
     flags.append(("--spec-draft-p-min", str(engine.confidence)))
@@ -292,6 +299,27 @@ def _mtp(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
     return flags, rows
 
 
+def _eagle3(engine: EngineConfig, head: str | None) -> tuple[list[Flag], list[Mapping]]:
+    flags = [
+        ("--spec-type", "draft-eagle3"),
+        ("--model-draft", head if head and head.endswith(".gguf") else f"<eagle3-gguf-of:{head}>"),
+        ("--spec-draft-n-max", str(draft_length(engine))),
+    ]
+    rows = [
+        _row(
+            "drafter=eagle3",
+            APPROXIMATE,
+            "draft-eagle3 runs the same head (python -m serving.eagle3_gguf) on the same three layer inputs, "
+            "drafting the argmax of its draft vocabulary chained from its own prenorm state, as spectune does; "
+            "it also drafts on a turn's first step, where spectune's head has no state for the turn's new tokens "
+            "yet and proposes nothing, so acceptance differs a little (never the output)",
+        ),
+        *gamma_rows(engine, TARGET, "--spec-draft-n-max"),
+    ]
+    _confidence(engine, flags, rows)
+    return flags, rows
+
+
 def _sampling(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
     flags = [
         ("--temp", str(engine.temperature)),
@@ -321,8 +349,9 @@ def _acceptance(engine: EngineConfig, lossy: bool) -> list[Mapping]:
     ]
 
 
-def speculation(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
-    """The speculation and sampling flags of `engine` (draft: the draft weights) and their Mapping rows.
+def speculation(engine: EngineConfig, draft: str | None, eagle3: str | None = None) -> tuple[list[Flag], list[Mapping]]:
+    """The speculation and sampling flags of `engine` (draft: the draft weights; eagle3: the head's GGUF or
+    folder) and their Mapping rows.
 
     The `engine.backend=llama-server` runner starts its servers with exactly these flags, so what the tuner
     measured there is what `build` exports.
@@ -338,6 +367,8 @@ def speculation(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], li
         spec_flags, spec_rows = _draft_model(engine, draft)
     elif engine.drafter == "mtp":
         spec_flags, spec_rows = _mtp(engine)
+    elif engine.drafter == "eagle3":
+        spec_flags, spec_rows = _eagle3(engine, eagle3)
     elif (child := lookup_child(engine, options)) is not None:
         spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
         spec_rows = [_combined_row(engine.drafter, child[0]), *spec_rows]
@@ -415,7 +446,8 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
                 "at once",
             )
         )
-    spec_flags, spec_rows = speculation(record.engine, record.draft)
+    head = record.eagle3_gguf or (f"{record.target}+{record.eagle3}" if record.eagle3 else None)
+    spec_flags, spec_rows = speculation(record.engine, record.draft, head)
     return flags + spec_flags, rows + spec_rows
 
 
@@ -476,7 +508,8 @@ def render(flags: list[Flag], rows: list[Mapping]) -> str:
         f"# llama-server flags exported by spectune; target build: {BUILD}",
         "# one flag per line, '#' lines are comments; run: llama-server $(grep -v '^#' llama-server.args)",
         "# <...-gguf-of:PATH> placeholders: llama-server loads GGUF files; convert PATH with convert_hf_to_gguf.py",
-        "# (python -m serving.gguf); <mimo2-gguf-of:TARGET+MTP>: python -m serving.mtp_gguf --target TARGET --mtp MTP",
+        "# (python -m serving.gguf); <mimo2-gguf-of:TARGET+MTP>: python -m serving.mtp_gguf --target TARGET --mtp MTP;",
+        "# <eagle3-gguf-of:TARGET+HEAD>: python -m serving.eagle3_gguf --target TARGET --head HEAD --out HEAD.gguf",
     ]
     lines += [f"# {r.fit}: {r.setting}: {r.reason}" for r in rows if r.fit != EXACT]
     lines += [name if value is None else f"{name} {value}" for name, value in flags]

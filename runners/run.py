@@ -98,7 +98,9 @@ def prepare(
     backend = backend_class((candidate or plain or EngineConfig()).backend)
     needs = drafter_needs(candidate.drafter) if candidate is not None else None
     wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
-    server = backend.settings_from(cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp)
+    server = backend.settings_from(
+        cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp, eagle3=bool(needs and needs.eagle3)
+    )
     workload = Workload.from_config(cfg, models, instances, environment, plain=plain, server=server)
     return instances, models, out_dir, Comparison(workload, candidate, out_dir)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from runners.backends import ServerSettings, context_of
 from runners.models import Models
+from serving.eagle3_gguf import cached_eagle3_gguf
 from serving.gguf import cached_gguf
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.mtp_gguf import cached_mtp_gguf
@@ -41,8 +42,25 @@ def _mtp_gguf(explicit: str | None, models: Models, kind: str) -> Path | None:
         raise ValueError(f"cannot write model.target + model.mtp as one mimo2 GGUF: {exc}") from None
 
 
+def _eagle3_gguf(explicit: str | None, models: Models, kind: str) -> Path | None:
+    if explicit:
+        return _gguf(explicit, None, kind, "eagle3")
+    if models.eagle3_path is None:
+        return None
+    try:
+        return cached_eagle3_gguf(models.target_path, models.eagle3_path, kind)
+    except (FileNotFoundError, RuntimeError, ValueError, KeyError) as exc:
+        raise ValueError(f"cannot convert model.eagle3 to a llama-server GGUF: {exc}") from None
+
+
 def server_settings(
-    cfg: Any, models: Models, log_dir: Path | None = None, *, draft: bool = True, mtp: bool = False
+    cfg: Any,
+    models: Models,
+    log_dir: Path | None = None,
+    *,
+    draft: bool = True,
+    mtp: bool = False,
+    eagle3: bool = False,
 ) -> ServerSettings:
     """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders)."""
     server = cfg.server
@@ -57,6 +75,7 @@ def server_settings(
         target_gguf=_gguf(server.target_gguf, models.target_path, server.gguf_type, "target"),  # type: ignore[arg-type]
         draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
         mtp_gguf=_mtp_gguf(server.mtp_gguf, models, server.gguf_type) if mtp else None,
+        eagle3_gguf=_eagle3_gguf(server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
         context=context_of(models.target, server.context),
         threads=server.threads or cfg.run.threads,
         log_dir=log_dir,

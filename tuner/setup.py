@@ -263,7 +263,10 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     )
     backend = backend_class(base.backend)
     wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
-    server = backend.settings_from(cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp)
+    wants_eagle3 = any(n.eagle3 for n in needs) and bool(cfg.model.get("eagle3"))
+    server = backend.settings_from(
+        cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp, eagle3=wants_eagle3
+    )
     workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
     fingerprint: dict[str, Any] = {
         "tasks": [i.instance_id for i in instances],

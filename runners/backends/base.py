@@ -26,7 +26,9 @@ class Backend(Protocol):
     fingerprinted: ClassVar[bool]  # a study names it in its fingerprint (builtin predates backends: not)
 
     @classmethod
-    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool) -> Any | None:
+    def settings_from(
+        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
+    ) -> Any | None:
         """What `create` needs besides the models, from the run's config (None: nothing)."""
         ...
 

@@ -34,7 +34,9 @@ class EngineBackend:
         self.served = {"generations": 0, "tokens": 0, "steps": 0, "max_batch": 0}
 
     @classmethod
-    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool) -> None:
+    def settings_from(
+        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
+    ) -> None:
         """Nothing: the engine runs on the loaded models as they are."""
         return None
 

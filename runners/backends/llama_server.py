@@ -3,7 +3,7 @@
 It starts the pinned llama-server (serving/) on the GGUF copies of the same weights, with exactly the flags
 the llama-server exporter writes for that configuration (export/llama_server.py), so what is measured is
 what gets exported; OFF is the same server with `--spec-type none`. A configuration llama-server cannot run
-as given (mtp, layer_skip, a lossy rule, a combination it would run only half of) is unsupported, with the
+as given (layer_skip, a lossy rule, a combination it would run only half of) is unsupported, with the
 exporter's reason. A server starts on first use and stops in `close()`.
 """
 
@@ -41,6 +41,7 @@ class ServerSettings:
     log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
     start_timeout_s: float = 120.0  # how long a server may take to answer /health
     mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
+    eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
 
 
 class ServerBackend:
@@ -63,11 +64,17 @@ class ServerBackend:
             raise ValueError("drafter 'draft_model' needs a draft model (model.draft) on the llama-server backend too")
         if config.drafter == "mtp" and settings.mtp_gguf is None:
             raise ValueError("drafter 'mtp' needs MTP weights (model.mtp) on the llama-server backend too")
+        if config.drafter == "eagle3" and settings.eagle3_gguf is None:
+            raise ValueError("drafter 'eagle3' needs an EAGLE-3 head (model.eagle3) on the llama-server backend too")
         self.config = config
         self.settings = settings
         self.stop_tokens = stop_tokens
         self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
-        flags, _ = exporter.speculation(config, str(settings.draft_gguf) if settings.draft_gguf else None)
+        flags, _ = exporter.speculation(
+            config,
+            str(settings.draft_gguf) if settings.draft_gguf else None,
+            str(settings.eagle3_gguf) if settings.eagle3_gguf else None,
+        )
         self.concurrency = concurrency
         self.args = [*exporter.argv(flags), *exporter.slot_args(concurrency)]
         self.server: LlamaServer | None = None
@@ -79,12 +86,14 @@ class ServerBackend:
         self._start_lock = threading.Lock()  # agents' threads may ask for the server at the same moment
 
     @classmethod
-    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool) -> ServerSettings:
+    def settings_from(
+        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
+    ) -> ServerSettings:
         """The binary found and the weights as GGUF, from cfg.server (runners.server_setup)."""
         # Imported here: runners.server_setup imports ServerSettings from this package.
         from runners.server_setup import server_settings
 
-        return server_settings(cfg, models, log_dir, draft=draft, mtp=mtp)
+        return server_settings(cfg, models, log_dir, draft=draft, mtp=mtp, eagle3=eagle3)
 
     @classmethod
     def not_runnable(cls, config: EngineConfig) -> str | None:
@@ -184,6 +193,7 @@ class ServerBackend:
             "binary": s.binary.describe(),
             "target_gguf": str(self.model_file),
             "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
+            "eagle3_gguf": str(s.eagle3_gguf) if s.eagle3_gguf and self.config.drafter == "eagle3" else None,
             "context": s.context,
             "concurrency": self.concurrency,
             "threads": s.threads,

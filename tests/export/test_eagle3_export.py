@@ -16,7 +16,7 @@ import torch
 
 from engine.eagle3 import random_eagle3, save_eagle3
 from engine.engine import EngineConfig
-from export import keys, readme, sglang, vllm, write_exports
+from export import keys, llama_server, readme, sglang, vllm, write_exports
 from export.fit import server_fit
 from export.record import APPROXIMATE, EXACT, NONE, off_record, read_eagle3_head
 from tests.export.test_export import flag_dict, make_record
@@ -121,3 +121,21 @@ def test_confidence_and_sampling_rows_and_off_drops_the_head(head):
         assert fits["gamma_policy=confidence"] == NONE and fits["temperature=0.7"] == APPROXIMATE
     off = off_record(record)
     assert off.eagle3 is None and off.eagle3_gguf is None and off.engine.drafter == "none"
+
+
+def test_llama_server_runs_the_head_gguf_as_draft_eagle3(head):
+    engine = EngineConfig(drafter="eagle3", gamma=3, gamma_policy="confidence", confidence=0.3)
+    flags = dict(llama_server.build(make_record(engine, eagle3=str(head), eagle3_gguf="/x/head.gguf"))[0])
+    assert flags["--spec-type"] == "draft-eagle3" and flags["--model-draft"] == "/x/head.gguf"
+    assert flags["--spec-draft-n-max"] == "3" and flags["--spec-draft-p-min"] == "0.3"
+    assert set(flags) <= set(llama_server.KNOWN_FLAGS) and "draft-eagle3" in llama_server.SPEC_TYPES
+    # Without a measured GGUF the file names the conversion (both folders: the converter reads the target's)
+    unconverted = dict(llama_server.build(make_record(engine, eagle3=str(head)))[0])
+    assert unconverted["--model-draft"] == f"<eagle3-gguf-of:{make_record(engine).target}+{head}>"
+    assert llama_server.not_runnable(engine) is None
+
+
+def test_eagle3_with_a_lookup_is_not_run_half_on_llama_server(head):
+    engine = EngineConfig(drafter="eagle3+ngram", gamma=4, options={"ngram.min_match": 2})
+    reason = llama_server.not_runnable(engine)
+    assert reason is not None and "draft-eagle3" in reason and "combines several --spec-type" in reason

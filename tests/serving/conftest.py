@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from serving.eagle3_gguf import eagle3_gguf
 from serving.gguf import converter_dir, export_gguf
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.mtp_gguf import export_mtp_gguf
@@ -35,10 +36,12 @@ def binary():
 
 @pytest.fixture(scope="session")
 def ggufs(binary, tmp_path_factory):
-    """The bundled target and draft as f32 GGUF files, and target + MTP module as one mimo2 GGUF (once per session)."""
+    """The bundled target and draft as f32 GGUF files, target + MTP module as one mimo2 GGUF and the bundled
+    EAGLE-3 head as its own GGUF (once per session)."""
     root = tmp_path_factory.mktemp("gguf")
     files = {name: export_gguf(MODELS / name, root / f"{name}.gguf", "f32") for name in ("target", "draft")}
     files["mtp"] = export_mtp_gguf(MODELS / "target", MODELS / "mtp", root / "mimo2.gguf", "f32")
+    files["eagle3"] = eagle3_gguf(MODELS / "eagle3", MODELS / "target", root / "eagle3.gguf", "f32")
     return files
 
 

@@ -106,6 +106,26 @@ def test_greedy_streams_agree_and_the_server_ran_the_exported_flags(server_run):
     assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the run"
 
 
+def test_the_eagle3_head_drafts_on_the_server_and_every_stream_is_the_plain_one(ggufs, tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        "engine=eagle3",
+        "task.limit=1",
+        f"server.target_gguf={ggufs['target']}",
+        f"server.eagle3_gguf={ggufs['eagle3']}",
+        "run.name=eagle3",
+    )
+    summary = execute(cfg)
+    assert summary["greedy"] and summary["diverged_tasks"] == [] and summary["regressions"] == []
+    args = summary["backend"]["candidate"]["args"]
+    assert args[:6] == ["--spec-type", "draft-eagle3", "--model-draft", str(ggufs["eagle3"]), "--spec-draft-n-max", "3"]
+    assert summary["backend"]["candidate"]["eagle3_gguf"] == str(ggufs["eagle3"])
+    candidate = summary["candidate"]
+    assert candidate["unsupported"] is None and candidate["per_position"]["drafted"][0] > 0
+    assert 0 < candidate["acceptance_rate"] < 1
+    assert server_pids(str(ggufs["eagle3"])) == [], "a llama-server outlived the run"
+
+
 def test_a_configuration_the_server_cannot_run_is_unsupported_and_the_baseline_still_runs(ggufs, tmp_path):
     cfg = _cfg(tmp_path, "engine=layer_skip", f"server.target_gguf={ggufs['target']}", "task.limit=1", "run.name=ls")
     summary = execute(cfg)

@@ -23,6 +23,8 @@ REPEATED = (
 EXPORTED = {
     **CASES,
     "mtp": EngineConfig(drafter="mtp", gamma=2),
+    "eagle3": EngineConfig(drafter="eagle3", gamma=3),
+    "eagle3_confidence": EngineConfig(drafter="eagle3", gamma=4, gamma_policy="confidence", confidence=0.2),
     "layer_skip": EngineConfig(drafter="layer_skip", gamma=2),
     "mtp+ngram": EngineConfig(drafter="mtp+ngram", gamma=4, options={"ngram.min_match": 2}),
 }
@@ -51,7 +53,14 @@ def test_the_exported_flags_start_llama_server_with_speculation_as_written(
     case, binary, ggufs, repetitive_prompt, tmp_path
 ):
     engine = EXPORTED[case]
-    record = make_record(engine, target=str(ggufs["target"]), draft=str(ggufs["draft"]), mtp=str(ggufs["mtp"]))
+    record = make_record(
+        engine,
+        target=str(ggufs["target"]),
+        draft=str(ggufs["draft"]),
+        mtp=str(ggufs["mtp"]),
+        eagle3=str(MODELS / "eagle3"),
+        eagle3_gguf=str(ggufs["eagle3"]),
+    )
     write_exports(tmp_path / "best", record)
     args = file_args(tmp_path / "best" / llama_server.FILE)
     model = ggufs["mtp"] if engine.drafter == "mtp" else ggufs["target"]  # the MTP layer lives in the mimo2 GGUF
