@@ -175,13 +175,15 @@ def _crossengine_parser(sub: Any) -> None:
         "decode tokens/s of both, and the server's ON/OFF predicted from spectune's acceptance and a server cost "
         "profile beside what it measured.",
     )
-    cross.add_argument("--model-dir", default="models/spectune-tiny", help="folder with target/ (and draft/)")
+    cross.add_argument(
+        "--model-dir", default="models/spectune-tiny", help="folder with target/ (and draft/, mtp/, eagle3/)"
+    )
     cross.add_argument("--split", default="test", help="swe-lite split (default test)")
     cross.add_argument("--limit", type=_positive, default=20, help="conversations, a spread subset (default 20)")
     cross.add_argument(
         "--methods",
-        default="ngram,suffix,draft_model,mtp",
-        help="comma list of ngram, suffix, draft_model, mtp (none always runs)",
+        default="ngram,suffix,draft_model,mtp,eagle3",
+        help="comma list of ngram, suffix, draft_model, mtp, eagle3 (none always runs)",
     )
     cross.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
     cross.add_argument("--threads", type=_positive, default=1, help="CPU threads of both engines (default 1)")

@@ -1,6 +1,6 @@
 """Cross-engine check: the same agent conversations through spectune's engine and a real llama-server.
 
-    python -m bench crossengine [--limit 20] [--split test] [--threads 1] [--methods ngram,draft_model,mtp]
+    python -m bench crossengine [--limit 20] [--split test] [--threads 1] [--methods ngram,draft_model,mtp,eagle3]
 
 1. Record: the agent solves N swe-lite tasks with spectune's engine, speculation OFF (real sandboxes); every
    turn's prompt ids and reply are kept. These conversations are the reference.
@@ -12,7 +12,8 @@
    acceptance of each method on both engines side by side, decode tokens/s of both with every repeat.
 4. Predict before measuring: a quick cost profile of the server on a typical recorded agent context (one
    short n-gram request per verify size k gives R_k = one k-token verify step ÷ one plain step; a server on
-   the draft GGUF gives the draft model's step; a draft-mtp request gives MTP's drafting per step) and the
+   the draft GGUF gives the draft model's step; a draft-mtp / draft-eagle3 request gives the head's drafting per
+   step) and the
    acceptance spectune's engine measured give the seeds' estimate E / (R + C) of the server's ON/OFF decode
    speed, printed beside what the server then measured.
 """
@@ -33,6 +34,7 @@ from engine.engine import Engine, EngineConfig
 from engine.stats import GenerationStats
 from runners.backends import EngineBackend, ServerBackend, ServerSettings, context_of
 from runners.models import Models, load_models, resolve_model_path
+from serving.eagle3_gguf import cached_eagle3_gguf
 from serving.gguf import cached_gguf
 from serving.llama_binary import find_llama_server
 from serving.llama_server import LlamaServer
@@ -51,7 +53,13 @@ METHODS: dict[str, dict[str, Any]] = {
     "suffix": {"drafter": "suffix", "options": {"scope": "session"}},
     "draft_model": {"drafter": "draft_model"},
     "mtp": {"drafter": "mtp"},  # on the server: the module inside a mimo2 GGUF (serving/mtp_gguf.py)
+    # on the server: draft-eagle3 with the head's own GGUF (serving/eagle3_gguf.py). The server also drafts on a
+    # turn's first step, where spectune's head has no features for the turn's new tokens yet and proposes
+    # nothing, so the server drafts (and accepts) a little more; the streams are the same.
+    "eagle3": {"drafter": "eagle3"},
 }
+# Drafting heads whose cost per drafting step the profile measures: the server's --spec-type for each.
+HEAD_KINDS = {"mtp": "draft-mtp", "eagle3": "draft-eagle3"}
 
 
 def typical_context(conversations: list[Conversation]) -> list[int]:
@@ -93,7 +101,13 @@ def decode_rate(stats: GenerationStats) -> float | None:
 
 
 def server_profile(
-    settings: ServerSettings, prompt: list[int], gamma: int, draft: bool, repeats: int = 3, mtp: bool = False
+    settings: ServerSettings,
+    prompt: list[int],
+    gamma: int,
+    draft: bool,
+    repeats: int = 3,
+    mtp: bool = False,
+    eagle3: bool = False,
 ) -> dict[str, Any]:
     """The server's cost profile: plain step t_1, R_k for verify sizes k = 2..gamma+1, the drafters' own costs.
 
@@ -101,8 +115,9 @@ def server_profile(
     agent context, which repeats itself enough that most steps draft): a step costs d·t_k + (1 - d)·t_1 with d
     the share of steps that drafted (/metrics counts them), so t_k = (t_step - (1 - d)·t_1) / d at the measured
     mean verify size k. Lookup drafting is ~free, so this is the verify cost alone; the draft model's step is
-    t_1 of a server running the draft GGUF as its model. MTP's drafting per drafting step, C_mtp (in t_1), is
-    what a draft-mtp request's steps cost beyond their verify: (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1).
+    t_1 of a server running the draft GGUF as its model. A head's drafting per drafting step (MTP, EAGLE-3), C
+    (in t_1), is what a draft-mtp / draft-eagle3 request's steps cost beyond their verify:
+    (t_step - (1 - d)·t_1 - d·R_k·t_1) / (d·t_1).
     Each figure is the median of `repeats` requests of 128 tokens after an untimed one.
     """
     base = ["-np", "1", "--temp", "0", "--min-p", "0"]
@@ -143,16 +158,21 @@ def server_profile(
                 }
             )
     out: dict[str, Any] = {"t1_s": t1, "points": points}
-    if mtp and settings.mtp_gguf is not None:
-        args = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(gamma)]
+    heads: dict[str, tuple[Path, list[str]]] = {}
+    if mtp and settings.mtp_gguf is not None:  # the MTP layer lives inside the mimo2 GGUF the server loads
+        heads["mtp"] = (settings.mtp_gguf, [])
+    if eagle3 and settings.eagle3_gguf is not None:
+        heads["eagle3"] = (settings.target_gguf, ["--model-draft", str(settings.eagle3_gguf)])
+    for name, (model, extra) in heads.items():
+        args = ["--spec-type", HEAD_KINDS[name], *extra, "--spec-draft-n-max", str(gamma)]
         costs = [
             (t - (1 - d) * t1 - d * r_k * t1) / (d * t1)
-            for t, d, k in steps(settings.mtp_gguf, args)
+            for t, d, k in steps(model, args)
             if d > 0 and (r_k := r_at(points, k)) is not None
         ]
         if costs:
-            out["mtp_draft_per_step"] = statistics.median(costs)
-            out["mtp_draft_per_step_per_repeat"] = costs
+            out[f"{name}_draft_per_step"] = statistics.median(costs)
+            out[f"{name}_draft_per_step_per_repeat"] = costs
     if draft and settings.draft_gguf is not None:
         out["draft_t1_s"] = statistics.median(t for t, _, _ in steps(settings.draft_gguf, ["--spec-type", "none"]))
     return out
@@ -186,8 +206,8 @@ def predict(stats: GenerationStats, profile: dict[str, Any], drafter: str) -> di
     c = 0.0  # lookups: a hash or scan on the CPU, already inside the profile's step times
     if drafter == "draft_model" and "draft_t1_s" in profile:
         c = d * length * profile["draft_t1_s"] / profile["t1_s"]  # `length` one-token draft steps per drafting step
-    if drafter == "mtp" and "mtp_draft_per_step" in profile:
-        c = d * profile["mtp_draft_per_step"]
+    if drafter in HEAD_KINDS and f"{drafter}_draft_per_step" in profile:
+        c = d * profile[f"{drafter}_draft_per_step"]
     return {"E": e, "R": r, "C": c, "predicted": bound(e, r, c)}
 
 
@@ -196,7 +216,7 @@ def run_crossengine_bench(
     model_dir: str = MODEL_DIR,
     split: str = "test",
     limit: int = 20,
-    methods: tuple[str, ...] = ("ngram", "suffix", "draft_model", "mtp"),
+    methods: tuple[str, ...] = ("ngram", "suffix", "draft_model", "mtp", "eagle3"),
     gamma: int = 4,
     threads: int = 1,
     repeats: int = 3,
@@ -206,7 +226,8 @@ def run_crossengine_bench(
 ) -> dict[str, Any]:
     """Record, replay on both engines, profile the server, report (module docstring).
 
-    `ggufs`: {"target": file, "draft": file, "mtp": mimo2 file} to use instead of converting the folders (cached).
+    `ggufs`: {"target": file, "draft": file, "mtp": mimo2 file, "eagle3": head file} to use instead of converting
+    the folders (cached).
     """
     import torch
 
@@ -215,18 +236,22 @@ def run_crossengine_bench(
         raise ValueError(f"unknown method(s) {unknown}; allowed: {sorted(METHODS)}")
     torch.set_num_threads(threads)
     root = Path(resolve_model_path(model_dir))
-    wants_draft, wants_mtp = "draft_model" in methods, "mtp" in methods
+    wants_draft, wants_mtp, wants_eagle3 = "draft_model" in methods, "mtp" in methods, "eagle3" in methods
     models = load_models(
         str(root / "target"),
         str(root / "draft") if wants_draft else None,
         dtype="float32",
         mtp=str(root / "mtp") if wants_mtp else None,
+        eagle3=str(root / "eagle3") if wants_eagle3 else None,
     )
     settings = ServerSettings(
         binary=find_llama_server(binary),
         target_gguf=(ggufs or {}).get("target") or cached_gguf(root / "target", "f32"),
         draft_gguf=((ggufs or {}).get("draft") or cached_gguf(root / "draft", "f32")) if wants_draft else None,
         mtp_gguf=((ggufs or {}).get("mtp") or cached_mtp_gguf(root / "target", root / "mtp")) if wants_mtp else None,
+        eagle3_gguf=((ggufs or {}).get("eagle3") or cached_eagle3_gguf(root / "target", root / "eagle3"))
+        if wants_eagle3
+        else None,
         context=context_of(models.target, None),
         threads=threads,
     )
@@ -238,7 +263,8 @@ def run_crossengine_bench(
     order = ["none", *[m for m in methods if m != "none"]]
     configs = {m: EngineConfig(gamma=gamma, **METHODS[m]) for m in order}
     builtin = {
-        m: EngineBackend(Engine(models.target, c, draft=models.draft, mtp=models.mtp)) for m, c in configs.items()
+        m: EngineBackend(Engine(models.target, c, draft=models.draft, mtp=models.mtp, eagle3=models.eagle3))
+        for m, c in configs.items()
     }
     server = {m: ServerBackend(c, settings, stop) for m, c in configs.items()}
     results: dict[str, dict[str, Any]] = {
@@ -270,7 +296,9 @@ def run_crossengine_bench(
                     f"repeat {repeat + 1}/{repeats} {m}: "
                     + ", ".join(f"{e} {results[m][e]['rates'][-1]:.0f} tok/s" for e in backends)
                 )
-        profile = server_profile(settings, typical_context(conversations), gamma, wants_draft, mtp=wants_mtp)
+        profile = server_profile(
+            settings, typical_context(conversations), gamma, wants_draft, mtp=wants_mtp, eagle3=wants_eagle3
+        )
     finally:
         for b in server.values():
             b.close()
@@ -317,6 +345,7 @@ def _report(conversations, results, profile, configs, settings, threads, repeats
             "repeats": repeats,
             "binary": settings.binary.describe(),
             "target_gguf": str(settings.target_gguf),
+            "eagle3_gguf": str(settings.eagle3_gguf) if settings.eagle3_gguf else None,
             "wall_s": wall,
         },
         "methods": rows,

@@ -20,7 +20,7 @@ from engine.stats import GenerationStats
 def report(binary, ggufs):
     return run_crossengine_bench(
         limit=2,
-        methods=("ngram", "draft_model", "mtp"),
+        methods=("ngram", "draft_model", "mtp", "eagle3"),
         repeats=1,
         threads=1,
         gamma=3,
@@ -38,7 +38,7 @@ def test_every_turn_is_the_reference_stream_on_both_engines(report):
 
 
 def test_both_engines_speculate_and_report_the_same_names(report):
-    for method in ("ngram", "draft_model", "mtp"):
+    for method in ("ngram", "draft_model", "mtp", "eagle3"):
         row = report["methods"][method]
         for engine in ("spectune", "llama-server"):
             r = row[engine]
@@ -47,6 +47,12 @@ def test_both_engines_speculate_and_report_the_same_names(report):
     assert report["methods"]["none"]["llama-server"]["drafted"] == 0
     assert report["methods"]["draft_model"]["server_args"][:2] == ["--spec-type", "draft-simple"]
     assert report["methods"]["mtp"]["server_args"][:2] == ["--spec-type", "draft-mtp"]
+    assert report["methods"]["eagle3"]["server_args"][:4] == [
+        "--spec-type",
+        "draft-eagle3",
+        "--model-draft",
+        str(report["setup"]["eagle3_gguf"]),
+    ]
 
 
 def test_the_server_profile_and_the_prediction_are_measured_numbers(report):
@@ -54,11 +60,11 @@ def test_the_server_profile_and_the_prediction_are_measured_numbers(report):
     assert profile["t1_s"] > 0 and profile["draft_t1_s"] > 0
     assert [p["size_m"] for p in profile["points"]] == [1, 2, 3]
     assert all(p["R"] > 0 and 1 < p["k"] <= p["size_m"] + 1 for p in profile["points"])
-    assert profile["mtp_draft_per_step"] > 0
-    for method in ("ngram", "draft_model", "mtp"):
+    assert profile["mtp_draft_per_step"] > 0 and profile["eagle3_draft_per_step"] > 0
+    for method in ("ngram", "draft_model", "mtp", "eagle3"):
         p = report["methods"][method]["prediction"]
         assert p["E"] > 1 and p["R"] > 0 and math.isfinite(p["predicted"]) and p["predicted"] > 0
-    assert report["methods"]["draft_model"]["prediction"]["C"] > 0 and report["methods"]["mtp"]["prediction"]["C"] > 0
+    assert all(report["methods"][m]["prediction"]["C"] > 0 for m in ("draft_model", "mtp", "eagle3"))
     assert report["methods"]["ngram"]["prediction"]["C"] == 0
 
 
