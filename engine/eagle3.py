@@ -7,14 +7,17 @@ next token x_{t+1}:
 
     g_t  = fc([f_lo; f_mid; f_hi])                                3h -> h: the fused features
     x    = [input_layernorm(embed(x_{t+1})); hidden_norm(g_t)]   2h: the target's own embedding table
-    y    = g_t + o_proj(attn(q, k, v of x))                      one decoder layer, causal over its own KV
+    y    = r_t + o_proj(attn(q, k, v of x))                      one decoder layer, causal over its own KV;
+                                                                 r_t = g_t, or hidden_norm(g_t) with
+                                                                 norm_before_residual (what training.eagle3
+                                                                 writes: see Eagle3Config)
     out  = y + mlp(post_attention_layernorm(y))                  the prenorm state
     p(x_{t+2}) = softmax(lm_head(norm(out)))                      its own LM head, over a draft vocabulary
 
 Chained for gamma steps: step j reads step j - 1's prenorm state in place of g and the token it proposed, at
 the next position (EAGLE-3's training-time test: the head is trained on its own outputs the same way). The
-maths is llama.cpp's (src/models/eagle3.cpp of the pinned release) with norm_before_fc and
-norm_before_residual off, so the GGUF of a head (serving/eagle3_gguf.py) drafts the same tokens.
+maths is llama.cpp's (src/models/eagle3.cpp of the pinned release) with norm_before_fc off, so the GGUF of a
+head (serving/eagle3_gguf.py) drafts the same tokens.
 
 Saved in the Hugging Face EAGLE-3 folder layout that vLLM, SGLang and llama.cpp's converter load:
 config.json (`LlamaForCausalLMEagle3`, one hidden layer, `draft_vocab_size`, `eagle_aux_hidden_state_layer_ids`,
@@ -82,6 +85,10 @@ class Eagle3Config:
     max_position_embeddings: int = 4096  # the target's context (written for the servers' configs)
     vocab_size: int = 0  # the target's vocabulary
     draft_vocab_size: int = 0  # rows of the head's LM head (d2t); 0 = the full target vocabulary
+    # The layer's residual is hidden_norm(g) instead of g (the HF key vLLM and llama.cpp read; SGLang 0.5.23 always
+    # adds g). A target's residual stream can be huge (the bundled one's rms is ~70 against embeddings' 0.09): with g
+    # as the residual the layer's own contribution drowns in it, and the head trains slowly and generalises worse.
+    norm_before_residual: bool = False
     target: dict[str, Any] = field(default_factory=dict)  # the target config fields (engine.heads.FINGERPRINT_KEYS)
     target_fingerprint: str = ""  # fingerprint(target)
     target_probe: list[float] = field(default_factory=list)  # weights_probe of the target it was trained on
@@ -90,7 +97,11 @@ class Eagle3Config:
 
     @classmethod
     def for_target(
-        cls, model: nn.Module, layer_ids: list[int] | None = None, draft_vocab_size: int = 0
+        cls,
+        model: nn.Module,
+        layer_ids: list[int] | None = None,
+        draft_vocab_size: int = 0,
+        norm_before_residual: bool = False,
     ) -> Eagle3Config:
         """The head shape that matches `model` (its width, heads, MLP width, RoPE base), fusing `layer_ids`."""
         c = model.config.get_text_config(decoder=True)
@@ -116,6 +127,7 @@ class Eagle3Config:
             max_position_embeddings=int(getattr(c, "max_position_embeddings", None) or 4096),
             vocab_size=int(c.vocab_size),
             draft_vocab_size=draft_vocab_size,
+            norm_before_residual=norm_before_residual,
             target=fields,
             target_fingerprint=fingerprint(fields),
             target_probe=weights_probe(model),
@@ -149,6 +161,7 @@ class Eagle3Config:
             "torch_dtype": "float32",
             "target_hidden_size": self.target_hidden_size,
             "eagle_aux_hidden_state_layer_ids": list(self.layer_ids),
+            "norm_before_residual": self.norm_before_residual,
             "spectune": spectune,
         }
 
@@ -173,6 +186,7 @@ class Eagle3Config:
             max_position_embeddings=data["max_position_embeddings"],
             vocab_size=data["vocab_size"],
             draft_vocab_size=own.get("draft_vocab_size", data["draft_vocab_size"]),
+            norm_before_residual=bool(data.get("norm_before_residual", False)),
             target=own.get("target", {}),
             target_fingerprint=own.get("target_fingerprint", ""),
             target_probe=own.get("target_probe", []),
@@ -269,14 +283,14 @@ class Eagle3Module(ChainedHead):
         c, layer = self.config, self.midlayer
         attn, mlp, n, eps, d = layer.self_attn, layer.mlp, len(tokens), c.rms_norm_eps, c.head_dim
         emb = self.embed(torch.tensor(tokens, device=g.device)).to(g.dtype)
-        x = torch.cat(
-            [rms_norm(emb, layer.input_layernorm.weight, eps), rms_norm(g, layer.hidden_norm.weight, eps)], -1
-        )  # [n, 2h]
+        normed = rms_norm(g, layer.hidden_norm.weight, eps)
+        x = torch.cat([rms_norm(emb, layer.input_layernorm.weight, eps), normed], -1)  # [n, 2h]
         q = F.linear(x, attn.q_proj.weight).view(n, c.num_attention_heads, d).transpose(0, 1)  # [H, n, d]
         k = F.linear(x, attn.k_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)  # [KV, n, d]
         v = F.linear(x, attn.v_proj.weight).view(n, c.num_key_value_heads, d).transpose(0, 1)
         att = attend(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v)  # [H, n, d]
-        y = g + F.linear(att.transpose(0, 1).reshape(n, -1), attn.o_proj.weight)
+        residual = normed if c.norm_before_residual else g
+        y = residual + F.linear(att.transpose(0, 1).reshape(n, -1), attn.o_proj.weight)
         a = rms_norm(y, layer.post_attention_layernorm.weight, eps)
         up = F.silu(F.linear(a, mlp.gate_proj.weight)) * F.linear(a, mlp.up_proj.weight)
         return y + F.linear(up, mlp.down_proj.weight)
@@ -298,10 +312,14 @@ class Eagle3Module(ChainedHead):
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
     def _finish(self, g: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-        """The layer after attention: o_proj plus the g residual, then the MLP residual. att [.., H, n, d]."""
+        """The layer after attention: o_proj plus the g (or hidden_norm(g)) residual, then the MLP residual.
+
+        att [.., H, n, d].
+        """
         layer = self.midlayer
         n = att.shape[-2]
-        y = g + layer.self_attn.o_proj(att.transpose(-2, -3).reshape(*att.shape[:-3], n, -1))
+        residual = layer.hidden_norm(g) if self.config.norm_before_residual else g
+        y = residual + layer.self_attn.o_proj(att.transpose(-2, -3).reshape(*att.shape[:-3], n, -1))
         a = layer.post_attention_layernorm(y)
         return y + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(a)) * layer.mlp.up_proj(a))
 
@@ -422,9 +440,12 @@ def random_eagle3(
     layer_ids: list[int] | None = None,
     draft_vocab: list[int] | None = None,
     scale: float = 1.0,
+    norm_before_residual: bool = False,
 ) -> Eagle3Module:
     """A randomly initialised head bound to `target` (tests, and training's starting point)."""
-    config = Eagle3Config.for_target(target, layer_ids, draft_vocab_size=len(draft_vocab or []))
+    config = Eagle3Config.for_target(
+        target, layer_ids, draft_vocab_size=len(draft_vocab or []), norm_before_residual=norm_before_residual
+    )
     torch.manual_seed(seed)
     module = Eagle3Module(config)
     with torch.no_grad():

@@ -128,6 +128,11 @@ class Eagle3Head:
     draft_vocab_size: int  # rows of its LM head
     has_d2t: bool  # model.safetensors holds d2t
 
+    @property
+    def norm_before_residual(self) -> bool:
+        """Whether the layer's residual is hidden_norm(g) (config key norm_before_residual), not g."""
+        return bool(self.config.get("norm_before_residual", False))
+
 
 def read_eagle3_head(folder: str | Path | None) -> Eagle3Head | None:
     """The head at `folder`, or None where its config.json cannot be read here (a placeholder or another machine)."""

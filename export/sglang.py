@@ -20,6 +20,8 @@ its id is spectune's (and llama.cpp's / vLLM's) id - 1, and the last layer's out
 out of its reach (layer n never runs). `write` therefore puts a copy of the head's config.json with
 `eagle_config` = {ids - 1, use_aux_hidden_state} into `sglang-eagle3/` of the export folder, beside a link to the
 head's model.safetensors, and the flags point there. d2t offsets load as hot_token_id (srt/models/llama_eagle3.py).
+Its llama_eagle3 always adds the fc output g as the layer's residual: a head trained with norm_before_residual
+(residual hidden_norm(g), what training.eagle3 writes by default; vLLM and llama.cpp read the key) is off there.
 
 Concurrency (`build_levels`): no flag of the pinned set sets a draft length per batch size. The nearest,
 --speculative-adaptive, "dynamically adjusts num_steps based on acceptance rate" (not on load), tuned by the
@@ -186,6 +188,16 @@ def _eagle3(engine: EngineConfig, folder: str | None, head_dir: str) -> tuple[li
                 f"the head reads target layer id {max(head.layer_ids)}, the last layer's output: SGLang captures "
                 f"the input of layer id + 1 and the target has {head.target_layers} layers, so it never captures "
                 "it; exported with speculation off",
+            )
+        ]
+    if head is not None and head.norm_before_residual:
+        return [], [
+            _row(
+                "drafter=eagle3",
+                NONE,
+                "the head adds hidden_norm(g) as its layer's residual (norm_before_residual); SGLang 0.5.23's "
+                "llama_eagle3 always adds g and reads no such key, so it would draft from other maths; exported "
+                "with speculation off (train with --no-norm-before-residual for a head SGLang runs)",
             )
         ]
     flags = [

@@ -203,7 +203,8 @@ def _eagle3(engine: EngineConfig, folder: str | None) -> tuple[dict[str, Any], l
             "eagle_aux_hidden_state_layer_ids in spectune's convention, id L = the residual stream entering target "
             "decoder layer L (v1/worker/gpu_model_runner.py _get_eagle3_aux_layers_from_config; captured by "
             "models/interfaces.py _maybe_add_hidden_state after layer L - 1 in models/llama.py), d2t as "
-            "offsets (draft_id_to_target_id) and the target's embedding; one chain of drafts",
+            "offsets (draft_id_to_target_id), norm_before_residual from the config (models/llama_eagle3.py "
+            "_residual_norm) and the target's embedding; one chain of drafts",
         ),
         *gamma_rows(engine, TARGET, "num_speculative_tokens"),
         *_model_draft_rows(engine, "an EAGLE-3 head"),

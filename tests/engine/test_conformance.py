@@ -84,7 +84,11 @@ def agreeing_eagle3(target: LoadedModel, seed: int, draft_vocab: list[int] | Non
     key = (id(target), seed, draft_vocab is not None)
     if key in _HEADS:
         return _HEADS[key][1]
-    module = random_eagle3(target.model, seed=seed, layer_ids=[0, 1, 2], draft_vocab=draft_vocab)
+    # The draft-vocabulary head also adds hidden_norm(g) as its residual (norm_before_residual, training.eagle3's
+    # default), so the cases cover both residuals.
+    module = random_eagle3(
+        target.model, seed=seed, layer_ids=[0, 1, 2], draft_vocab=draft_vocab, norm_before_residual=bool(draft_vocab)
+    )
     plain = Engine(target, EngineConfig(drafter="none"))
     seqs = [[*p, *plain.generate(p, MAX_NEW).tokens] for p in PROMPTS]
     n = min(len(s) for s in seqs)

@@ -50,11 +50,17 @@ def draft_vocab(n: int = 40, seed: int = 1) -> list[int]:
     return torch.randperm(VOCAB, generator=torch.Generator().manual_seed(seed))[:n].tolist()
 
 
-@pytest.mark.parametrize("vocab", ["full", "draft"])
-def test_chain_logits_equal_incremental_inference(target, vocab):
+@pytest.mark.parametrize(("vocab", "normed"), [("full", False), ("draft", False), ("draft", True)])
+def test_chain_logits_equal_incremental_inference(target, vocab, normed):
     """chain_logits step j's row t == ChainedHead.step run incrementally: entries 0..t from fc(real features),
-    then chain steps fed the layer's own prenorm state and the TRUE next tokens."""
-    module = random_eagle3(target.model, seed=5, layer_ids=IDS, draft_vocab=draft_vocab() if vocab == "draft" else None)
+    then chain steps fed the layer's own prenorm state and the TRUE next tokens (g or hidden_norm(g) residual)."""
+    module = random_eagle3(
+        target.model,
+        seed=5,
+        layer_ids=IDS,
+        draft_vocab=draft_vocab() if vocab == "draft" else None,
+        norm_before_residual=normed,
+    )
     batch, length = 2, 12
     tokens = sequences(batch, length)
     feats = torch.stack([features(target, row.tolist()) for row in tokens])  # [B, T, 3h]
@@ -176,3 +182,44 @@ def test_broken_folders_name_the_file(target, tmp_path):
 def test_engine_refuses_eagle3_without_a_head(target):
     with pytest.raises(ValueError, match=r"needs an EAGLE-3 head .*training\.eagle3"):
         Engine(target, EngineConfig(drafter="eagle3"))
+
+
+def test_norm_before_residual_is_the_residual_the_layer_adds_and_survives_the_folder(target, tmp_path):
+    """With norm_before_residual the layer adds hidden_norm(g): the same weights draft differently, and the key
+    (the one vLLM and llama.cpp's converter read) round-trips through config.json."""
+    plain = random_eagle3(target.model, seed=3, layer_ids=IDS)
+    normed = random_eagle3(target.model, seed=3, layer_ids=IDS, norm_before_residual=True)
+    tokens = sequences(1, 10, seed=2)
+    feats = features(target, tokens[0].tolist())[None]
+    with torch.no_grad():
+        for name, p in plain.state_dict().items():
+            torch.testing.assert_close(p, normed.state_dict()[name], atol=0, rtol=0)
+        assert not torch.allclose(plain.chain_logits(feats, tokens, 1)[0], normed.chain_logits(feats, tokens, 1)[0])
+        g = normed.fc(feats[0])
+        torch.testing.assert_close(  # zero attention and MLP: the prenorm state is the residual itself
+            normed.midlayer.hidden_norm(g)[:3], _layer_without_updates(normed, feats, tokens)[0, :3], **TOL
+        )
+    save_eagle3(normed, tmp_path)
+    assert json.loads((tmp_path / CONFIG_FILE).read_text())["norm_before_residual"] is True
+    assert load_eagle3(tmp_path, target.model).config.norm_before_residual is True
+    save_eagle3(plain, tmp_path / "plain")
+    assert load_eagle3(tmp_path / "plain", target.model).config.norm_before_residual is False
+
+
+def _layer_without_updates(module, feats, tokens):
+    """The layer's prenorm output with o_proj and down_proj zeroed (what is left is the residual)."""
+    import copy
+
+    bare = copy.deepcopy(module)
+    bare.midlayer.self_attn.o_proj.weight.zero_()
+    bare.midlayer.mlp.down_proj.weight.zero_()
+    captured = {}
+    original = bare._finish
+
+    def spy(g, att):
+        captured["out"] = original(g, att)
+        return captured["out"]
+
+    bare._finish = spy
+    bare.chain_logits(feats, tokens, 1)
+    return captured["out"]

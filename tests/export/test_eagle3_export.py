@@ -139,3 +139,20 @@ def test_eagle3_with_a_lookup_is_not_run_half_on_llama_server(head):
     engine = EngineConfig(drafter="eagle3+ngram", gamma=4, options={"ngram.min_match": 2})
     reason = llama_server.not_runnable(engine)
     assert reason is not None and "draft-eagle3" in reason and "combines several --spec-type" in reason
+
+
+def test_a_head_with_norm_before_residual_runs_on_vllm_and_llama_server_but_not_sglang(tiny_target, tmp_path):
+    head = save_eagle3(
+        random_eagle3(
+            tiny_target, seed=0, layer_ids=[1, 2, 3], draft_vocab=list(range(1024)), norm_before_residual=True
+        ),
+        tmp_path / "head",
+    )
+    assert json.loads((head / "config.json").read_text())["norm_before_residual"] is True
+    record = make_record(EAGLE3, eagle3=str(head), eagle3_gguf="/x/head.gguf")
+    write_exports(tmp_path / "best", record)
+    assert json.loads((tmp_path / "best" / vllm.FILE).read_text())["method"] == "eagle3"
+    assert "--speculative-algorithm" not in flag_dict(tmp_path / "best" / sglang.FILE)
+    row = next(r for r in sglang.build(record)[1] if r.setting == "drafter=eagle3")
+    assert row.fit == NONE and "norm_before_residual" in row.reason
+    assert dict(llama_server.build(record)[0])["--spec-type"] == "draft-eagle3"
