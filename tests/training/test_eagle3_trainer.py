@@ -46,6 +46,11 @@ def test_the_saved_head_loads_for_its_target_only_and_drafts(trained):
     target = load_model(str(BUNDLED_TARGET), device="cpu", dtype="float32")
     head = load_eagle3(trained, target.model)
     assert head.d2t.numel() == 256 and head.taps == (1, 2, 3)
+    # The defaults: the LM head is the target's own rows of the draft vocabulary, untouched by training, and the
+    # layer adds hidden_norm(g) as its residual.
+    torch.testing.assert_close(head.lm_head.weight, target.model.get_output_embeddings().weight[head.d2t])
+    torch.testing.assert_close(head.norm.weight, target.model.model.norm.weight)
+    assert head.config.norm_before_residual is True
     prompt = target.tokenizer.encode("def add(a, b):\n    return a + b\n")
     plain = Engine(target, EngineConfig(drafter="none")).generate(prompt, 24)
     spec = Engine(target, EngineConfig(drafter="eagle3", gamma=3), eagle3=head).generate(prompt, 24)
