@@ -17,11 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
+from export import llama_server as llama_exporter
 from export.fit import server_names
 from runners.backends import ServerSettings, backend_class
 from runners.config import check_config
 from runners.models import load_models
 from runners.workload import Workload
+from serving.llama_binary import LlamaServerMissing, find_llama_server
+from serving.llama_capabilities import Capabilities, probe
 from tasks.environment import make_environment
 from tasks.schema import Instance
 from tasks.suites import load_suite
@@ -228,10 +231,28 @@ def check(cfg: DictConfig) -> EngineConfig:
     return base
 
 
+def server_capabilities(cfg: DictConfig, backend: str) -> Capabilities | None:
+    """The kinds of the llama-server a llama-server study runs (probed, printed in one line); None on other backends.
+
+    The space then offers only drafters whose exported --spec-type that binary has (a user's own build may
+    lack some). A missing binary is the runner's one-line input error (runners.server_setup), only earlier.
+    """
+    if backend_class(backend).export_target != llama_exporter.TARGET:
+        return None
+    try:
+        binary = find_llama_server(cfg.server.binary)
+        caps = probe(binary)
+    except (LlamaServerMissing, RuntimeError, ValueError) as exc:
+        raise ValueError(f"engine.backend={backend}: {exc}") from None
+    print(f"llama-server {caps.binary}: --spec-type kinds {', '.join(caps.spec_types)}")
+    return caps
+
+
 def prepare(cfg: DictConfig) -> TuneSetup:
     """Check the config, then load the tasks, the environment and the models: the study's frozen setup."""
     base = check(cfg)
     serve = serve_list(cfg.tuner.serve)
+    caps = server_capabilities(cfg, base.backend)
     space = load_space(
         cfg.space,
         has_draft=bool(cfg.model.draft),
@@ -239,6 +260,8 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         has_eagle3=bool(cfg.model.get("eagle3")),
         backend=base.backend,
         serve=serve,
+        server_kinds=frozenset(caps.spec_types) if caps else None,
+        server_binary=caps.binary if caps else "llama-server",
     )
     task = cfg.task
     instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path, task.subset)

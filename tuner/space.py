@@ -7,12 +7,14 @@ options dataclass; `gamma_policy` decides which of the others are drawn (`max_ga
 `heuristic`, `confidence` only for `confidence`). Acceptance is `exact` unless `allow_lossy` is set.
 A drafter is any registered one or an A+B combination (`mtp+ngram`, whose children's options are
 namespaced: `ngram.min_match`); one that needs what the model config lacks (a draft model, MTP weights)
-is left out with the reason. Everything is checked by `load_space`, before a model is loaded, with the
-allowed names in the message.
+is left out with the reason, and so is, given the kinds a llama-server binary has (`server_kinds`,
+serving/llama_capabilities.py), one whose exported `--spec-type` that binary lacks (`spec_kinds`). Everything
+is checked by `load_space`, before a model is loaded, with the allowed names in the message.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,8 +33,10 @@ from engine.drafters import (
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
 from engine.options import option_names
+from export import llama_server as llama_exporter
 from export.fit import server_fit
 from runners.backends import backend_class
+from serving.llama_capabilities import lacks_reason
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
 # Drafters whose proposals come from a model; only they (or a combination with one) may use `confidence`.
@@ -141,13 +145,17 @@ def load_space(
     has_eagle3: bool = False,
     backend: str = "builtin",
     serve: tuple[str, ...] = (),
+    server_kinds: frozenset[str] | None = None,
+    server_binary: str = "llama-server",
 ) -> Space:
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
     A drafter that needs a draft model or MTP weights the model config does not have is left out (with
     the reason kept in `left_out`); so is, on a backend that runs a server's exported flags
     (`backend="llama-server"`), one that server cannot run, and with `serve` (tuner.serve: server names)
-    one that none of those servers can run (export/fit.py).
+    one that none of those servers can run (export/fit.py). With `server_kinds` (the `--spec-type` kinds of
+    the llama-server binary `server_binary` runs, serving.llama_capabilities.probe) a drafter none of whose
+    allowed knob values exports a kind that binary has is left out too (`spec_kinds`); None checks nothing.
     """
     kind = backend_class(backend)
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
@@ -160,13 +168,15 @@ def load_space(
             raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
         if not is_known_drafter(name):
             raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
-        knobs = {k: _knob(k, v, f"drafters.{name}") for k, v in _knob_nodes(knobs_node).items()}
+        knobs = drafter_knobs(name, knobs_node)
         _check_drafter(name, knobs)
         why = _missing(name, has_draft=has_draft, has_mtp=has_mtp, has_eagle3=has_eagle3)
         if why is None and kind.export_target:
             why = _not_served(name, (kind.export_target,))
         if why is None and serve:
             why = _not_served(name, serve)
+        if why is None and server_kinds is not None:
+            why = _not_in_binary(name, knobs, server_kinds, server_binary)
         if why:
             left_out[name] = why
             continue
@@ -204,6 +214,47 @@ def _not_served(drafter: str, servers: tuple[str, ...]) -> str | None:
     if any(f.runnable for f in reasons):
         return None
     return "; ".join(f"{f.server} cannot run it ({f.reason})" for f in reasons)
+
+
+def drafter_knobs(name: str, node: Any) -> dict[str, Knob]:
+    """The knobs of drafter `name` from its block of a space file (a combination's child blocks flattened)."""
+    return {k: _knob(k, v, f"drafters.{name}") for k, v in _knob_nodes(node).items()}
+
+
+def spec_kinds(drafter: str, knobs: dict[str, Knob]) -> list[str]:
+    """The `--spec-type` values `drafter` exports to llama-server over the allowed values of its knobs.
+
+    Only the drafter's own options listed as choices or fixed values can change the kind (suffix.scope:
+    session -> ngram-map-k4v, engine -> ngram-mod); engine knobs and numeric ranges never do, so every
+    combination of those listed values is exported, the other options at their defaults. A value the
+    engine refuses with the defaults beside it is skipped. A value may be a comma list of kinds.
+    """
+    listed = {name: _values(knob) for name, knob in knobs.items() if name not in ENGINE_KNOBS and knob.low is None}
+    kinds: list[str] = []
+    for values in itertools.product(*listed.values()):
+        try:
+            config = EngineConfig(drafter=drafter, options=dict(zip(listed, values, strict=True)))
+            flags, _ = llama_exporter.speculation(config, None)
+        except (ValueError, TypeError, KeyError):  # e.g. a listed min_match above the default max_match
+            continue
+        kinds += [value for name, value in flags if name == "--spec-type" and value and value not in kinds]
+    return kinds
+
+
+def _not_in_binary(drafter: str, knobs: dict[str, Knob], server_kinds: frozenset[str], binary: str) -> str | None:
+    """Why the llama-server `binary` (whose kinds are `server_kinds`) can run none of `drafter`'s kinds, else None."""
+    lacking: list[str] = []
+    for value in spec_kinds(drafter, knobs):
+        missing = [k for k in value.split(",") if k and k not in server_kinds]
+        if not missing:
+            return None
+        lacking += [k for k in missing if k not in lacking]
+    if not lacking:  # nothing exported at all (every listed value refused): nothing to hold against the binary
+        return None
+    order = [k for k in llama_exporter.SPEC_TYPES if k in server_kinds] + sorted(
+        server_kinds - set(llama_exporter.SPEC_TYPES)
+    )
+    return lacks_reason(lacking, binary, order)
 
 
 def _knob_nodes(node: Any) -> dict[str, Any]:

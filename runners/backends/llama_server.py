@@ -4,7 +4,8 @@ It starts the pinned llama-server (serving/) on the GGUF copies of the same weig
 the llama-server exporter writes for that configuration (export/llama_server.py), so what is measured is
 what gets exported; OFF is the same server with `--spec-type none`. A configuration llama-server cannot run
 as given (layer_skip, a lossy rule, a combination it would run only half of) is unsupported, with the
-exporter's reason. A server starts on first use and stops in `close()`.
+exporter's reason; so is one whose `--spec-type` kind the binary in use lacks (a user's own build:
+serving/llama_capabilities.py). A server starts on first use and stops in `close()`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agents.server_model import ServerModel
 from engine.engine import EngineConfig
 from engine.kv import position_limit
 from export import llama_server as exporter
+from serving import llama_capabilities
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
 
@@ -66,15 +68,18 @@ class ServerBackend:
             raise ValueError("drafter 'mtp' needs MTP weights (model.mtp) on the llama-server backend too")
         if config.drafter == "eagle3" and settings.eagle3_gguf is None:
             raise ValueError("drafter 'eagle3' needs an EAGLE-3 head (model.eagle3) on the llama-server backend too")
-        self.config = config
-        self.settings = settings
-        self.stop_tokens = stop_tokens
-        self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
         flags, _ = exporter.speculation(
             config,
             str(settings.draft_gguf) if settings.draft_gguf else None,
             str(settings.eagle3_gguf) if settings.eagle3_gguf else None,
         )
+        lacking = self.lacks(config, flags, settings.binary)
+        if lacking:
+            raise ValueError(f"llama-server cannot run this configuration: {lacking}")
+        self.config = config
+        self.settings = settings
+        self.stop_tokens = stop_tokens
+        self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
         self.concurrency = concurrency
         self.args = [*exporter.argv(flags), *exporter.slot_args(concurrency)]
         self.server: LlamaServer | None = None
@@ -99,6 +104,22 @@ class ServerBackend:
     def not_runnable(cls, config: EngineConfig) -> str | None:
         """The exporter's reason llama-server cannot run `config` (a drafter or rule it lacks), else None."""
         return exporter.not_runnable(config)
+
+    @staticmethod
+    def lacks(config: EngineConfig, flags: list[exporter.Flag], binary: LlamaBinary) -> str | None:
+        """Why `binary` cannot run these exported flags (a --spec-type kind its build lacks), else None.
+
+        A user's own build (server.binary) may lack kinds the pinned one has; it would refuse them at start,
+        so the candidate is unsupported with the reason instead (probe: `--help`, cached per build).
+        """
+        try:
+            caps = llama_capabilities.probe(binary)
+        except ValueError as exc:  # a build without --spec-type runs no exported configuration, not even OFF
+            return str(exc)
+        missing = llama_capabilities.missing_kinds(flags, caps)
+        if not missing:
+            return None
+        return f"drafter={config.drafter}: {llama_capabilities.lacks_reason(missing, caps.binary, caps.spec_types)}"
 
     @classmethod
     def create(
