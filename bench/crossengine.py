@@ -53,10 +53,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "suffix": {"drafter": "suffix", "options": {"scope": "session"}},
     "draft_model": {"drafter": "draft_model"},
     "mtp": {"drafter": "mtp"},  # on the server: the module inside a mimo2 GGUF (serving/mtp_gguf.py)
-    # on the server: draft-eagle3 with the head's own GGUF (serving/eagle3_gguf.py). The server also drafts on a
-    # turn's first step, where spectune's head has no features for the turn's new tokens yet and proposes
-    # nothing, so the server drafts (and accepts) a little more; the streams are the same.
-    "eagle3": {"drafter": "eagle3"},
+    "eagle3": {"drafter": "eagle3"},  # on the server: draft-eagle3 with the head's own GGUF (serving/eagle3_gguf.py)
 }
 # Drafting heads whose cost per drafting step the profile measures: the server's --spec-type for each.
 HEAD_KINDS = {"mtp": "draft-mtp", "eagle3": "draft-eagle3"}
