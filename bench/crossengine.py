@@ -54,6 +54,12 @@ METHODS: dict[str, dict[str, Any]] = {
     "draft_model": {"drafter": "draft_model"},
     "mtp": {"drafter": "mtp"},  # on the server: the module inside a mimo2 GGUF (serving/mtp_gguf.py)
     "eagle3": {"drafter": "eagle3"},  # on the server: draft-eagle3 with the head's own GGUF (serving/eagle3_gguf.py)
+    # first-wins combinations: on the server --spec-type ngram-simple,draft-mtp (lookup first, the head elsewhere)
+    "mtp+ngram": {"drafter": "mtp+ngram", "options": {"policy": "first", "ngram.min_match": 2, "ngram.max_match": 2}},
+    "eagle3+ngram": {
+        "drafter": "eagle3+ngram",
+        "options": {"policy": "first", "ngram.min_match": 2, "ngram.max_match": 2},
+    },
 }
 # Drafting heads whose cost per drafting step the profile measures: the server's --spec-type for each.
 HEAD_KINDS = {"mtp": "draft-mtp", "eagle3": "draft-eagle3"}
@@ -233,7 +239,8 @@ def run_crossengine_bench(
         raise ValueError(f"unknown method(s) {unknown}; allowed: {sorted(METHODS)}")
     torch.set_num_threads(threads)
     root = Path(resolve_model_path(model_dir))
-    wants_draft, wants_mtp, wants_eagle3 = "draft_model" in methods, "mtp" in methods, "eagle3" in methods
+    parts = {p for m in methods for p in m.split("+")}  # a combination needs its model child's weights
+    wants_draft, wants_mtp, wants_eagle3 = "draft_model" in parts, "mtp" in parts, "eagle3" in parts
     models = load_models(
         str(root / "target"),
         str(root / "draft") if wants_draft else None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export import llama_server, sglang, vllm
-from export.record import APPROXIMATE, EXACT, NONE, ExportRecord, Mapping
+from export.record import APPROXIMATE, EXACT, NONE, ExportRecord, Mapping, is_half_export
 
 # Server name (as the exporters write it) -> the exporter module and the folder of its files under best/.
 SERVERS = {"llama-server": llama_server, "vLLM": vllm, "SGLang": sglang}
@@ -68,7 +68,7 @@ def server_fit(engine: EngineConfig, server: str) -> Fit:
         key = row.setting.split(" ", 1)[0]
         if row.fit == NONE and row.setting.startswith(("drafter=", "acceptance=")):
             return Fit(server, NONE, f"{row.setting}: {row.reason}")
-        if key.startswith("drafter=") and "+" in engine.drafter:
+        if key.startswith("drafter=") and "+" in engine.drafter and is_half_export(row.reason):
             return Fit(server, NONE, f"{row.setting}: {row.reason}; the measured combination runs only in spectune")
     loose = [r for r in rows if r.fit != EXACT]
     if not loose:

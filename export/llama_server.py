@@ -32,8 +32,11 @@ that source, not in older docs:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from engine.drafters import drafter_needs
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
@@ -48,6 +51,8 @@ from export.record import (
     at_level,
     draft_length,
     gamma_rows,
+    half_export,
+    is_half_export,
     levels_in_order,
     lookup_child,
     no_equivalent,
@@ -114,23 +119,62 @@ def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
 
 
-# Model drafters with a llama-server kind of their own (what a combination's model child would need).
+# Model drafters with a llama-server kind of their own (what a combination's model child maps to).
 _MODEL_KINDS = {"draft_model": "draft-simple", "mtp": "draft-mtp", "eagle3": "draft-eagle3"}
 
 
-def _combined_row(drafter: str, child: str) -> Mapping:
-    """A combination exports its lookup child alone, saying why each model child is left out."""
+def _combined_row(drafter: str, child: str, policy: str) -> Mapping:
+    """A combination exports its lookup child alone, saying why each other child is left out."""
     others = [p for p in drafter.split("+") if p != child]
 
     def why(other: str) -> str:
         if other in _MODEL_KINDS:
             return (
-                f"{other}: alone it maps to {_MODEL_KINDS[other]}, but how llama.cpp combines several --spec-type "
-                "kinds is not mapped"
+                f"{other}: alone it maps to {_MODEL_KINDS[other]}, but llama.cpp combines --spec-type kinds only "
+                f"first-wins (policy=first), not with policy={policy}"
             )
         return f"{other}: {no_equivalent(other, TARGET)}"
 
-    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({'; '.join(map(why, others))})")
+    return _row(f"drafter={drafter}", APPROXIMATE, half_export(child, "; ".join(map(why, others))))
+
+
+def _model_child(engine: EngineConfig) -> str | None:
+    """The one child of a combination with a llama-server kind of its own (mtp, eagle3, draft_model), else None."""
+    found = [p for p in engine.drafter.split("+") if p in _MODEL_KINDS]
+    return found[0] if len(found) == 1 else None
+
+
+def _first_wins(
+    engine: EngineConfig, lookup: tuple[str, Any], options: Any, draft: str | None, eagle3: str | None
+) -> tuple[list[Flag], list[Mapping]] | None:
+    """A lookup + model combination with policy=first as one comma list of kinds (None where it is not one).
+
+    llama.cpp builds the kinds of a list in its own fixed order, lookups before model drafters, and asks them in
+    that order each step; the first non-empty draft is verified, and every kind sees every batch, so the model
+    stays in step (common/speculative.cpp common_speculative_init, common_speculative_draft): spectune's
+    policy=first, whatever the list's order.
+    """
+    model = _model_child(engine)
+    if model is None or getattr(options, "policy", None) != "first":
+        return None
+    lookup_flags, lookup_rows = (_ngram if lookup[0] == "ngram" else _suffix)(engine, lookup[1])
+    model_flags, model_rows = _MODEL_PARTS[model](engine, draft, eagle3)
+    kinds = [value for name, value in (*lookup_flags, *model_flags) if name == "--spec-type"]
+    flags = [("--spec-type", ",".join(kinds))]
+    flags += [f for f in (*lookup_flags, *model_flags) if f[0] != "--spec-type"]
+    row = _row(
+        f"drafter={engine.drafter}",
+        APPROXIMATE,
+        f"--spec-type {','.join(kinds)}: llama.cpp asks {kinds[0]} first and {kinds[1]} only where it drafts nothing "
+        "(common_speculative_draft, lookups before model kinds whatever the list's order), spectune's "
+        "policy=first; each part maps as it does alone (below)",
+    )
+    rows, seen = [row], {row.setting}
+    for r in (*lookup_rows, *model_rows):
+        if r.setting not in seen:  # the shared gamma rows once
+            rows.append(r)
+            seen.add(r.setting)
+    return flags, rows
 
 
 def _none() -> tuple[list[Flag], list[Mapping]]:
@@ -320,6 +364,14 @@ def _eagle3(engine: EngineConfig, head: str | None) -> tuple[list[Flag], list[Ma
     return flags, rows
 
 
+# How each model child of a combination maps (engine, draft weights, EAGLE-3 head) -> its flags and rows.
+_MODEL_PARTS: dict[str, Callable[[EngineConfig, str | None, str | None], tuple[list[Flag], list[Mapping]]]] = {
+    "draft_model": lambda engine, draft, eagle3: _draft_model(engine, draft),
+    "mtp": lambda engine, draft, eagle3: _mtp(engine),
+    "eagle3": lambda engine, draft, eagle3: _eagle3(engine, eagle3),
+}
+
+
 def _sampling(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
     flags = [
         ("--temp", str(engine.temperature)),
@@ -370,8 +422,12 @@ def speculation(engine: EngineConfig, draft: str | None, eagle3: str | None = No
     elif engine.drafter == "eagle3":
         spec_flags, spec_rows = _eagle3(engine, eagle3)
     elif (child := lookup_child(engine, options)) is not None:
-        spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
-        spec_rows = [_combined_row(engine.drafter, child[0]), *spec_rows]
+        whole = _first_wins(engine, child, options, draft, eagle3)
+        if whole is not None:
+            spec_flags, spec_rows = whole
+        else:
+            spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
+            spec_rows = [_combined_row(engine.drafter, child[0], getattr(options, "policy", "?")), *spec_rows]
     else:
         spec_flags = [("--spec-type", "none")]
         spec_rows = [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
@@ -391,7 +447,7 @@ def not_runnable(engine: EngineConfig) -> str | None:
     for row in rows:
         if row.fit == NONE and row.setting.startswith(("drafter=", "acceptance=")):
             return f"{row.setting}: {row.reason}"
-        if row.setting.startswith("drafter=") and "+" in engine.drafter:
+        if row.setting == f"drafter={engine.drafter}" and "+" in engine.drafter and is_half_export(row.reason):
             return f"{row.setting}: {row.reason}"
     return None
 
@@ -407,7 +463,7 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
     `record.context` is what each agent may hold at that level (engine.memory with sessions=level); the
     server's `-c` is the pool of `level` such contexts (pool_context). Level 1 is `build`'s single slot.
     """
-    if record.engine.drafter == "mtp":  # the MTP layer lives inside the target's GGUF
+    if drafter_needs(record.engine.drafter).mtp:  # the MTP layer lives inside the target's GGUF
         mtp = record.mtp or ""
         model = mtp if mtp.endswith(".gguf") else f"<mimo2-gguf-of:{record.target}+{record.mtp}>"
     else:

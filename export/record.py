@@ -102,6 +102,19 @@ def no_equivalent(drafter: str, target: str) -> str:
     return NO_EQUIVALENT.get(drafter, {}).get(target, f"no {target} equivalent: exported with speculation off")
 
 
+HALF_EXPORT = "only the {child} part is exported"  # a combination a server would run only part of
+
+
+def half_export(child: str, why: str) -> str:
+    """The reason of a combination exported as its lookup child alone (a server runs it only in part)."""
+    return f"{HALF_EXPORT.format(child=child)} ({why})"
+
+
+def is_half_export(reason: str) -> bool:
+    """Whether a mapping row's reason says only part of a combination is exported (half_export)."""
+    return reason.startswith(HALF_EXPORT.split("{", 1)[0])
+
+
 def lookup_child(engine: EngineConfig, options: Any) -> tuple[str, Any] | None:
     """For a combined drafter (A+B), its first lookup child (ngram, suffix) and that child's options, else None.
 

@@ -49,6 +49,7 @@ from export.record import (
     at_level,
     draft_length,
     gamma_rows,
+    half_export,
     level_configuration,
     levels_in_order,
     lookup_child,
@@ -73,7 +74,7 @@ def _combined_row(drafter: str, child: str) -> Mapping:
     """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
     others = [p for p in drafter.split("+") if p != child]
     why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
-    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({why})")
+    return _row(f"drafter={drafter}", APPROXIMATE, half_export(child, why))
 
 
 def _ngram_trie(engine: EngineConfig, o: NgramOptions | SuffixOptions, match_type: str) -> list[Flag]:

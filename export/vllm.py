@@ -43,6 +43,7 @@ from export.record import (
     PerLevel,
     draft_length,
     gamma_rows,
+    half_export,
     level_configuration,
     levels_in_order,
     lookup_child,
@@ -68,7 +69,7 @@ def _combined_row(drafter: str, child: str) -> Mapping:
     """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
     others = [p for p in drafter.split("+") if p != child]
     why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
-    return _row(f"drafter={drafter}", APPROXIMATE, f"only the {child} part is exported ({why})")
+    return _row(f"drafter={drafter}", APPROXIMATE, half_export(child, why))
 
 
 def _ngram(engine: EngineConfig, o: NgramOptions) -> tuple[dict[str, Any], list[Mapping]]:

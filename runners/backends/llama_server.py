@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from agents.model import AgentModel
 from agents.server_model import ServerModel
+from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from engine.kv import position_limit
 from export import llama_server as exporter
@@ -62,12 +63,19 @@ class ServerBackend:
         reason = self.not_runnable(config)
         if reason:
             raise ValueError(f"llama-server cannot run this configuration: {reason}")
-        if config.drafter == "draft_model" and settings.draft_gguf is None:
-            raise ValueError("drafter 'draft_model' needs a draft model (model.draft) on the llama-server backend too")
-        if config.drafter == "mtp" and settings.mtp_gguf is None:
-            raise ValueError("drafter 'mtp' needs MTP weights (model.mtp) on the llama-server backend too")
-        if config.drafter == "eagle3" and settings.eagle3_gguf is None:
-            raise ValueError("drafter 'eagle3' needs an EAGLE-3 head (model.eagle3) on the llama-server backend too")
+        needs = drafter_needs(config.drafter)  # a combination needs what its model child needs
+        if needs.draft_model and settings.draft_gguf is None:
+            raise ValueError(
+                f"drafter {config.drafter!r} needs a draft model (model.draft) on the llama-server backend too"
+            )
+        if needs.mtp and settings.mtp_gguf is None:
+            raise ValueError(
+                f"drafter {config.drafter!r} needs MTP weights (model.mtp) on the llama-server backend too"
+            )
+        if needs.eagle3 and settings.eagle3_gguf is None:
+            raise ValueError(
+                f"drafter {config.drafter!r} needs an EAGLE-3 head (model.eagle3) on the llama-server backend too"
+            )
         flags, _ = exporter.speculation(
             config,
             str(settings.draft_gguf) if settings.draft_gguf else None,
@@ -137,8 +145,8 @@ class ServerBackend:
 
     @property
     def model_file(self) -> Path:
-        """The GGUF the server loads: the target's, or for mtp the mimo2 one that holds the module too."""
-        if self.config.drafter == "mtp":
+        """The GGUF the server loads: the target's, or for mtp (alone or combined) the mimo2 one holding the module."""
+        if drafter_needs(self.config.drafter).mtp:
             return self.settings.mtp_gguf  # type: ignore[return-value]  # checked in __init__
         return self.settings.target_gguf
 
@@ -214,7 +222,7 @@ class ServerBackend:
             "binary": s.binary.describe(),
             "target_gguf": str(self.model_file),
             "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
-            "eagle3_gguf": str(s.eagle3_gguf) if s.eagle3_gguf and self.config.drafter == "eagle3" else None,
+            "eagle3_gguf": str(s.eagle3_gguf) if s.eagle3_gguf and drafter_needs(self.config.drafter).eagle3 else None,
             "context": s.context,
             "concurrency": self.concurrency,
             "threads": s.threads,

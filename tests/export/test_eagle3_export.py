@@ -135,10 +135,15 @@ def test_llama_server_runs_the_head_gguf_as_draft_eagle3(head):
     assert llama_server.not_runnable(engine) is None
 
 
-def test_eagle3_with_a_lookup_is_not_run_half_on_llama_server(head):
+def test_eagle3_with_a_lookup_runs_first_wins_on_llama_server_and_never_half(head):
     engine = EngineConfig(drafter="eagle3+ngram", gamma=4, options={"ngram.min_match": 2})
-    reason = llama_server.not_runnable(engine)
-    assert reason is not None and "draft-eagle3" in reason and "combines several --spec-type" in reason
+    flags = dict(llama_server.build(make_record(engine, eagle3=str(head), eagle3_gguf="/x/head.gguf"))[0])
+    assert flags["--spec-type"] == "ngram-simple,draft-eagle3" and flags["--model-draft"] == "/x/head.gguf"
+    assert flags["--spec-ngram-simple-size-n"] == "2" and flags["--spec-draft-n-max"] == "4"
+    assert llama_server.not_runnable(engine) is None
+    extend = EngineConfig(drafter="eagle3+ngram", gamma=4, options={"policy": "extend", "ngram.min_match": 2})
+    reason = llama_server.not_runnable(extend)
+    assert reason is not None and "draft-eagle3" in reason and "first-wins" in reason
 
 
 def test_a_head_with_norm_before_residual_runs_on_vllm_and_llama_server_but_not_sglang(tiny_target, tmp_path):

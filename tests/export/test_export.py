@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from engine.engine import EngineConfig
 from export import ExportRecord, Mapping, keys, llama_server, readme, sglang, spectune_yaml, vllm, write_exports
+from export.fit import server_fit
 from export.record import FITS
 
 FILES = (spectune_yaml.FILE, llama_server.FILE, vllm.FILE, sglang.FILE, readme.FILE)
@@ -338,9 +339,14 @@ def test_mtp_exports_draft_mtp_on_the_mimo2_gguf_that_holds_the_module(tmp_path)
 
 def test_a_combination_exports_its_lookup_part_and_says_the_rest_is_left_out(tmp_path):
     engine = EngineConfig(drafter="mtp+ngram", gamma=4, options={"ngram.min_match": 3, "ngram.max_match": 5})
-    write_exports(tmp_path, make_record(engine))
-    flags = flag_dict(tmp_path / llama_server.FILE)
-    assert flags["--spec-type"] == "ngram-simple" and flags["--spec-ngram-simple-size-n"] == "3"
+    write_exports(tmp_path, make_record(engine, mtp="/x/mimo2.gguf"))
+    flags = flag_dict(tmp_path / llama_server.FILE)  # llama-server runs all of it: first-wins, lookup first
+    assert flags["--spec-type"] == "ngram-simple,draft-mtp" and flags["--spec-ngram-simple-size-n"] == "3"
+    assert flags["--spec-draft-n-max"] == "4" and flags["-m"] == "/x/mimo2.gguf"
+    assert server_fit(engine, "llama-server").runnable and not server_fit(engine, "vLLM").runnable
+    extend = EngineConfig(drafter="mtp+ngram", gamma=4, options={"policy": "extend", "ngram.min_match": 3})
+    assert dict(llama_server.build(make_record(extend))[0])["--spec-type"] == "ngram-simple"  # the lookup alone
+    assert "not with policy=extend" in llama_server.not_runnable(extend)
     config = json.loads((tmp_path / vllm.FILE).read_text())
     assert config["method"] == "ngram" and config["prompt_lookup_min"] == 3 and config["prompt_lookup_max"] == 5
     assert flag_dict(tmp_path / sglang.FILE)["--speculative-algorithm"] == "NGRAM"

@@ -126,6 +126,23 @@ def test_the_eagle3_head_drafts_on_the_server_and_every_stream_is_the_plain_one(
     assert server_pids(str(ggufs["eagle3"])) == [], "a llama-server outlived the run"
 
 
+def test_a_first_wins_combination_runs_whole_on_the_server_with_the_plain_streams(ggufs, tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        "engine=eagle3+ngram",
+        "+engine.options.policy=first",
+        "task.limit=1",
+        f"server.target_gguf={ggufs['target']}",
+        f"server.eagle3_gguf={ggufs['eagle3']}",
+        "run.name=eagle3-ngram",
+    )
+    summary = execute(cfg)
+    assert summary["greedy"] and summary["diverged_tasks"] == [] and summary["regressions"] == []
+    assert summary["candidate"]["unsupported"] is None and summary["candidate"]["acceptance_rate"] > 0
+    args = summary["backend"]["candidate"]["args"]
+    assert args[args.index("--spec-type") + 1] == "ngram-simple,draft-eagle3" and str(ggufs["eagle3"]) in args
+
+
 def test_a_configuration_the_server_cannot_run_is_unsupported_and_the_baseline_still_runs(ggufs, tmp_path):
     cfg = _cfg(tmp_path, "engine=layer_skip", f"server.target_gguf={ggufs['target']}", "task.limit=1", "run.name=ls")
     summary = execute(cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export import llama_server, write_exports
 from serving.llama_server import LlamaServer
@@ -27,6 +28,7 @@ EXPORTED = {
     "eagle3_confidence": EngineConfig(drafter="eagle3", gamma=4, gamma_policy="confidence", confidence=0.2),
     "layer_skip": EngineConfig(drafter="layer_skip", gamma=2),
     "mtp+ngram": EngineConfig(drafter="mtp+ngram", gamma=4, options={"ngram.min_match": 2}),
+    "eagle3+ngram": EngineConfig(drafter="eagle3+ngram", gamma=3, options={"ngram.min_match": 2}),
 }
 
 
@@ -63,7 +65,8 @@ def test_the_exported_flags_start_llama_server_with_speculation_as_written(
     )
     write_exports(tmp_path / "best", record)
     args = file_args(tmp_path / "best" / llama_server.FILE)
-    model = ggufs["mtp"] if engine.drafter == "mtp" else ggufs["target"]  # the MTP layer lives in the mimo2 GGUF
+    # the MTP layer lives in the mimo2 GGUF (mtp alone or combined)
+    model = ggufs["mtp"] if drafter_needs(engine.drafter).mtp else ggufs["target"]
     assert args[args.index("-m") + 1] == str(model) and not any(a.startswith("<") for a in args), args
     spec_type = args[args.index("--spec-type") + 1]
     # The file's own flags, last on the command line, so they are what the server runs (its -m and -c included).

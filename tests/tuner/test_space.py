@@ -135,6 +135,7 @@ def test_serve_restricts_the_space_to_what_those_servers_run():
     assert "vLLM cannot run it" in vllm.left_out["mtp"] and "early-exit" in vllm.left_out["layer_skip"]
     assert "runs only in spectune" in vllm.left_out["mtp+ngram"]  # a half-exported combination is not it
     both = load_space({"drafters": drafters}, has_draft=True, has_mtp=True, serve=("vLLM", "llama-server"))
-    assert sorted(both.drafters) == ["draft_model", "mtp", "ngram"]  # mtp runs on llama-server (draft-mtp)
+    # mtp runs on llama-server (draft-mtp), and mtp+ngram (policy first) as ngram-simple,draft-mtp there
+    assert sorted(both.drafters) == ["draft_model", "mtp", "mtp+ngram", "ngram"]
     with pytest.raises(ValueError, match="allow_lossy"):
         load_space({"drafters": {"ngram": {}}, "allow_lossy": True}, has_draft=False, serve=("SGLang",))
