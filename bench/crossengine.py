@@ -206,6 +206,9 @@ def predict(stats: GenerationStats, profile: dict[str, Any], drafter: str) -> di
     if r_k is None:
         return {"E": e, "R": None, "C": None, "predicted": None}
     r = d * r_k + (1 - d)
+    if "+" in drafter and any(part in HEAD_KINDS or part == "draft_model" for part in drafter.split("+")):
+        # which child drafted each step is not in the statistics, so the model child's share of C is unknown
+        return {"E": e, "R": r, "C": None, "predicted": None}
     c = 0.0  # lookups: a hash or scan on the CPU, already inside the profile's step times
     if drafter == "draft_model" and "draft_t1_s" in profile:
         c = d * length * profile["draft_t1_s"] / profile["t1_s"]  # `length` one-token draft steps per drafting step

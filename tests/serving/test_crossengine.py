@@ -84,3 +84,5 @@ def test_prediction_arithmetic():
     assert p["C"] == pytest.approx(0.4 * 2 * 0.25)
     assert p["predicted"] == pytest.approx(1.6 / (0.4 * 1.6 + 0.6 + 0.2))
     assert predict(stats, {"t1_s": 1.0, "points": points}, "ngram")["C"] == 0.0
+    combined = predict(stats, {"t1_s": 1.0, "points": points, "mtp_draft_per_step": 2.0}, "mtp+ngram")
+    assert combined["C"] is None and combined["predicted"] is None  # which child drafted is not counted
