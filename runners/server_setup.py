@@ -31,26 +31,25 @@ def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Pat
         raise ValueError(f"cannot convert model.{role} to GGUF: {exc}") from None
 
 
-def _mtp_gguf(explicit: str | None, models: Models, kind: str) -> Path | None:
-    if explicit:
-        return _gguf(explicit, None, kind, "mtp")
-    if models.mtp_path is None:
-        return None
-    try:
-        return cached_mtp_gguf(models.target_path, models.mtp_path, kind)
-    except (FileNotFoundError, RuntimeError, ValueError, KeyError) as exc:
-        raise ValueError(f"cannot write model.target + model.mtp as one mimo2 GGUF: {exc}") from None
+# Heads llama-server reads from a GGUF of their own making: (converter of (target, head, kind), what failed).
+_HEAD_GGUFS = {
+    "mtp": (cached_mtp_gguf, "cannot write model.target + model.mtp as one mimo2 GGUF"),
+    "eagle3": (cached_eagle3_gguf, "cannot convert model.eagle3 to a llama-server GGUF"),
+}
 
 
-def _eagle3_gguf(explicit: str | None, models: Models, kind: str) -> Path | None:
+def _head_gguf(role: str, explicit: str | None, models: Models, kind: str) -> Path | None:
+    """server.<role>_gguf as given, else model.<role> converted with the target (cached), else None."""
     if explicit:
-        return _gguf(explicit, None, kind, "eagle3")
-    if models.eagle3_path is None:
+        return _gguf(explicit, None, kind, role)
+    head = getattr(models, f"{role}_path")
+    if head is None:
         return None
+    convert, what = _HEAD_GGUFS[role]
     try:
-        return cached_eagle3_gguf(models.target_path, models.eagle3_path, kind)
+        return convert(models.target_path, head, kind)
     except (FileNotFoundError, RuntimeError, ValueError, KeyError) as exc:
-        raise ValueError(f"cannot convert model.eagle3 to a llama-server GGUF: {exc}") from None
+        raise ValueError(f"{what}: {exc}") from None
 
 
 def server_settings(
@@ -74,8 +73,8 @@ def server_settings(
         binary=binary,
         target_gguf=_gguf(server.target_gguf, models.target_path, server.gguf_type, "target"),  # type: ignore[arg-type]
         draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
-        mtp_gguf=_mtp_gguf(server.mtp_gguf, models, server.gguf_type) if mtp else None,
-        eagle3_gguf=_eagle3_gguf(server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
+        mtp_gguf=_head_gguf("mtp", server.mtp_gguf, models, server.gguf_type) if mtp else None,
+        eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
         context=context_of(models.target, server.context),
         threads=server.threads or cfg.run.threads,
         log_dir=log_dir,
