@@ -346,7 +346,7 @@ def _mtp(engine: EngineConfig) -> tuple[list[Flag], list[Mapping]]:
 def _eagle3(engine: EngineConfig, head: str | None) -> tuple[list[Flag], list[Mapping]]:
     flags = [
         ("--spec-type", "draft-eagle3"),
-        ("--model-draft", head if head and head.endswith(".gguf") else f"<eagle3-gguf-of:{head}>"),
+        ("--model-draft", gguf(head, "eagle3")),
         ("--spec-draft-n-max", str(draft_length(engine))),
     ]
     rows = [
