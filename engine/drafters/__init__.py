@@ -18,6 +18,8 @@ from engine.drafters.eagle3 import Eagle3Drafter, Eagle3Options
 from engine.drafters.layer_skip import LayerSkipDrafter, LayerSkipOptions
 from engine.drafters.mtp import MtpDrafter, MtpOptions
 from engine.drafters.ngram import NgramDrafter, NgramOptions
+from engine.drafters.ngram_cache import NgramCacheDrafter, NgramCacheOptions
+from engine.drafters.ngram_map_k import NgramMapKDrafter, NgramMapKOptions
 from engine.drafters.none import NoneDrafter, NoneOptions
 from engine.drafters.suffix import SuffixDrafter, SuffixOptions
 from engine.options import build_options, option_names
@@ -27,6 +29,8 @@ DRAFTERS: dict[str, tuple[type, type]] = {
     "none": (NoneDrafter, NoneOptions),
     "ngram": (NgramDrafter, NgramOptions),
     "suffix": (SuffixDrafter, SuffixOptions),
+    "ngram_cache": (NgramCacheDrafter, NgramCacheOptions),
+    "ngram_map_k": (NgramMapKDrafter, NgramMapKOptions),
     "draft_model": (DraftModelDrafter, DraftModelOptions),
     "mtp": (MtpDrafter, MtpOptions),
     "eagle3": (Eagle3Drafter, Eagle3Options),
