@@ -38,6 +38,8 @@ from typing import Any
 
 from engine.drafters import drafter_needs
 from engine.drafters.ngram import NgramOptions
+from engine.drafters.ngram_cache import LLAMA_DRAFT, NgramCacheOptions
+from engine.drafters.ngram_map_k import NgramMapKOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
 from export.files import write_atomic
@@ -157,7 +159,7 @@ def _first_wins(
     model = _model_child(engine)
     if model is None or getattr(options, "policy", None) != "first":
         return None
-    lookup_flags, lookup_rows = (_ngram if lookup[0] == "ngram" else _suffix)(engine, lookup[1])
+    lookup_flags, lookup_rows = _LOOKUP_PARTS[lookup[0]](engine, lookup[1])
     model_flags, model_rows = _MODEL_PARTS[model](engine, draft, eagle3)
     kinds = [value for name, value in (*lookup_flags, *model_flags) if name == "--spec-type"]
     flags = [("--spec-type", ",".join(kinds))]
@@ -281,6 +283,69 @@ def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[list[Flag], list[Ma
         *gamma_rows(engine, TARGET, length_knob),
     ]
     return flags, rows
+
+
+def _ngram_cache(engine: EngineConfig, o: NgramCacheOptions) -> tuple[list[Flag], list[Mapping]]:
+    spectune = min(o.max_draft, draft_length(engine))
+    rows = [
+        _row(
+            "drafter=ngram_cache",
+            APPROXIMATE,
+            "ngram-cache: spectune's drafter is a port of it (counts of 1..4-grams over the slot's tokens, the same "
+            "thresholds and chunked updates); where two tokens follow an n-gram equally often llama.cpp's hash-map "
+            "order picks one, spectune the first seen; no static or dynamic lookup-cache file",
+        )
+    ]
+    if engine.gamma_policy == "fixed" and spectune == LLAMA_DRAFT:
+        rows.append(_row(f"gamma={engine.gamma}, max_draft={o.max_draft}", EXACT, "ngram-cache drafts up to 8 tokens"))
+    else:
+        rows.append(
+            _row(
+                f"gamma={engine.gamma} ({engine.gamma_policy}), max_draft={o.max_draft}",
+                APPROXIMATE,
+                f"ngram-cache always drafts up to {LLAMA_DRAFT} tokens (no flag; it ignores --spec-draft-n-max), "
+                f"spectune up to {spectune}",
+            )
+        )
+    return [("--spec-type", "ngram-cache")], rows
+
+
+def _ngram_map_k(engine: EngineConfig, o: NgramMapKOptions) -> tuple[list[Flag], list[Mapping]]:
+    flags = [
+        ("--spec-type", "ngram-map-k"),
+        ("--spec-ngram-map-k-size-n", str(o.size_n)),
+        ("--spec-ngram-map-k-size-m", str(o.size_m)),
+    ]
+    rows = [
+        _row(
+            "drafter=ngram_map_k",
+            APPROXIMATE,
+            "ngram-map-k: spectune's drafter is a port of it (first-seen key positions, the newest positions searched "
+            "linearly, per-key draft lengths learnt from acceptance); llama.cpp keeps keys in a 2^18-slot hash map "
+            "whose collisions drop a key, spectune in a dict",
+        ),
+        _row(f"ngram_map_k.size_n={o.size_n}, size_m={o.size_m}", EXACT, "--spec-ngram-map-k-size-n / -size-m"),
+    ]
+    if engine.gamma_policy == "fixed" and engine.gamma >= o.size_m:
+        rows.append(_row(f"gamma={engine.gamma}", EXACT, f"gamma >= size_m: drafts are size_m={o.size_m} long on both"))
+    else:
+        rows.append(
+            _row(
+                f"gamma={engine.gamma} ({engine.gamma_policy}) < size_m={o.size_m}",
+                APPROXIMATE,
+                "ngram-map-k drafts up to size-m tokens (it ignores --spec-draft-n-max); spectune cuts them to gamma",
+            )
+        )
+    return flags, rows
+
+
+# How each lookup drafter maps (alone, or as a combination's lookup child): engine, its options -> flags, rows.
+_LOOKUP_PARTS: dict[str, Callable[[EngineConfig, Any], tuple[list[Flag], list[Mapping]]]] = {
+    "ngram": _ngram,
+    "suffix": _suffix,
+    "ngram_cache": _ngram_cache,
+    "ngram_map_k": _ngram_map_k,
+}
 
 
 def _confidence(engine: EngineConfig, flags: list[Flag], rows: list[Mapping]) -> None:
@@ -411,22 +476,20 @@ def speculation(engine: EngineConfig, draft: str | None, eagle3: str | None = No
     options, rule = typed_options(engine)
     if engine.drafter == "none":
         spec_flags, spec_rows = _none()
-    elif engine.drafter == "ngram":
-        spec_flags, spec_rows = _ngram(engine, options)
-    elif engine.drafter == "suffix":
-        spec_flags, spec_rows = _suffix(engine, options)
+    elif engine.drafter in _LOOKUP_PARTS:
+        spec_flags, spec_rows = _LOOKUP_PARTS[engine.drafter](engine, options)
     elif engine.drafter == "draft_model":
         spec_flags, spec_rows = _draft_model(engine, draft)
     elif engine.drafter == "mtp":
         spec_flags, spec_rows = _mtp(engine)
     elif engine.drafter == "eagle3":
         spec_flags, spec_rows = _eagle3(engine, eagle3)
-    elif (child := lookup_child(engine, options)) is not None:
+    elif (child := lookup_child(engine, options, tuple(_LOOKUP_PARTS))) is not None:
         whole = _first_wins(engine, child, options, draft, eagle3)
         if whole is not None:
             spec_flags, spec_rows = whole
         else:
-            spec_flags, spec_rows = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
+            spec_flags, spec_rows = _LOOKUP_PARTS[child[0]](engine, child[1])
             spec_rows = [_combined_row(engine.drafter, child[0], getattr(options, "policy", "?")), *spec_rows]
     else:
         spec_flags = [("--spec-type", "none")]

@@ -89,6 +89,19 @@ NO_EQUIVALENT: dict[str, dict[str, str]] = {
         "SGLang": "NEXTN loads the target's own nextn layer and EAGLE/EAGLE3 an EAGLE head checkpoint; a spectune "
         "MTP module is neither, so it is exported with speculation off",
     },
+    # llama.cpp's own lookups (engine/drafters/ngram_cache.py, ngram_map_k.py): the other servers have neither
+    "ngram_cache": {
+        "vLLM": "llama.cpp's ngram-cache (frequency-thresholded 1..4-gram counts) has no vLLM method (its ngram is "
+        "prompt lookup of the most recent match): exported with speculation off",
+        "SGLang": "llama.cpp's ngram-cache (frequency-thresholded 1..4-gram counts) has no SGLang algorithm: "
+        "exported with speculation off",
+    },
+    "ngram_map_k": {
+        "vLLM": "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no vLLM method: "
+        "exported with speculation off",
+        "SGLang": "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no SGLang "
+        "algorithm: exported with speculation off",
+    },
     "layer_skip": {
         "llama-server": "no early-exit self-speculation in llama.cpp: exported with speculation off",
         "vLLM": "no early-exit self-speculation method in SpeculativeMethod: exported with speculation off",
@@ -115,15 +128,18 @@ def is_half_export(reason: str) -> bool:
     return reason.startswith(HALF_EXPORT.split("{", 1)[0])
 
 
-def lookup_child(engine: EngineConfig, options: Any) -> tuple[str, Any] | None:
-    """For a combined drafter (A+B), its first lookup child (ngram, suffix) and that child's options, else None.
+def lookup_child(
+    engine: EngineConfig, options: Any, lookups: tuple[str, ...] = ("ngram", "suffix")
+) -> tuple[str, Any] | None:
+    """For a combined drafter (A+B), its first lookup child among `lookups` (those the server maps) and that
+    child's options, else None.
 
     Servers that run several speculative types can take the lookup part; the model part is reported apart.
     """
     children = getattr(options, "children", None)
     if not children:
         return None
-    for name in ("ngram", "suffix"):
+    for name in lookups:
         if name in children:
             return name, children[name]
     return None

@@ -351,3 +351,34 @@ def test_a_combination_exports_its_lookup_part_and_says_the_rest_is_left_out(tmp
     assert config["method"] == "ngram" and config["prompt_lookup_min"] == 3 and config["prompt_lookup_max"] == 5
     assert flag_dict(tmp_path / sglang.FILE)["--speculative-algorithm"] == "NGRAM"
     assert "only the ngram part is exported (mtp:" in (tmp_path / readme.FILE).read_text()
+
+
+def test_llama_cpp_own_lookups_export_to_llama_server_only(tmp_path):
+    """ngram_cache and ngram_map_k are ports of llama.cpp's kinds: llama-server runs them, vLLM and SGLang do not."""
+    write_exports(tmp_path, make_record(EngineConfig(drafter="ngram_cache", gamma=8)))
+    assert flag_dict(tmp_path / llama_server.FILE)["--spec-type"] == "ngram-cache"
+    assert json.loads((tmp_path / vllm.FILE).read_text()) == {} and flag_dict(tmp_path / sglang.FILE) == {}
+    text = (tmp_path / readme.FILE).read_text()
+    assert "ngram-cache (frequency-thresholded 1..4-gram counts) has no vLLM method" in text
+    rows = llama_server.build(make_record(EngineConfig(drafter="ngram_cache", gamma=8)))[1]
+    assert any(r.setting.startswith("gamma=8") and r.fit == "exact" for r in rows)
+    short = llama_server.build(make_record(EngineConfig(drafter="ngram_cache", gamma=3)))[1]
+    assert any(r.fit == "approximate" and "always drafts up to 8" in r.reason for r in short)
+
+    config = EngineConfig(drafter="ngram_map_k", gamma=16, options={"size_n": 2, "size_m": 6})
+    write_exports(tmp_path, make_record(config))
+    llama = flag_dict(tmp_path / llama_server.FILE)
+    assert llama["--spec-type"] == "ngram-map-k"
+    assert (llama["--spec-ngram-map-k-size-n"], llama["--spec-ngram-map-k-size-m"]) == ("2", "6")
+    assert json.loads((tmp_path / vllm.FILE).read_text()) == {}
+    cut = llama_server.build(make_record(EngineConfig(drafter="ngram_map_k", gamma=4, options={"size_m": 6})))[1]
+    assert any(r.fit == "approximate" and "cuts them to gamma" in r.reason for r in cut)
+
+
+def test_a_llama_cpp_lookup_with_a_model_first_wins_is_one_kind_list():
+    config = EngineConfig(drafter="mtp+ngram_map_k", gamma=4, options={"ngram_map_k.size_n": 1})
+    flags, _ = llama_server.speculation(config, None)
+    assert dict(flags)["--spec-type"] == "ngram-map-k,draft-mtp" and dict(flags)["--spec-ngram-map-k-size-n"] == "1"
+    assert llama_server.not_runnable(config) is None
+    extend = EngineConfig(drafter="mtp+ngram_cache", gamma=4, options={"policy": "extend"})
+    assert "only the ngram_cache part is exported" in llama_server.not_runnable(extend)

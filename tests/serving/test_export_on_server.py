@@ -29,6 +29,9 @@ EXPORTED = {
     "layer_skip": EngineConfig(drafter="layer_skip", gamma=2),
     "mtp+ngram": EngineConfig(drafter="mtp+ngram", gamma=4, options={"ngram.min_match": 2}),
     "eagle3+ngram": EngineConfig(drafter="eagle3+ngram", gamma=3, options={"ngram.min_match": 2}),
+    "ngram_cache": EngineConfig(drafter="ngram_cache", gamma=8),
+    "ngram_map_k": EngineConfig(drafter="ngram_map_k", gamma=16, options={"size_n": 2, "size_m": 6}),
+    "mtp+ngram_map_k": EngineConfig(drafter="mtp+ngram_map_k", gamma=4, options={"ngram_map_k.size_n": 2}),
 }
 
 

@@ -41,7 +41,14 @@ def _draw(space, n=40, seed=0):
 def test_suggestions_carry_only_the_chosen_drafters_knobs_and_are_valid():
     space = load_space(_tune("space=full").space, has_draft=True)
     configs, params = _draw(space, 60)
-    assert {c.drafter for c in configs} == {"ngram", "suffix", "draft_model", "layer_skip"}  # no MTP weights
+    assert {c.drafter for c in configs} == {
+        "ngram",
+        "suffix",
+        "ngram_cache",
+        "ngram_map_k",
+        "draft_model",
+        "layer_skip",
+    }
     for config, p in zip(configs, params, strict=True):
         Engine.validate(config)
         assert config.acceptance == "exact" and config.seed == 3  # lossy only on opt-in; base sampling kept
