@@ -183,7 +183,8 @@ def _crossengine_parser(sub: Any) -> None:
     cross.add_argument(
         "--methods",
         default="ngram,suffix,draft_model,mtp,eagle3",
-        help="comma list of ngram, suffix, draft_model, mtp, eagle3, mtp+ngram, eagle3+ngram (none always runs)",
+        help="comma list of ngram, suffix, ngram_cache, ngram_map_k, draft_model, mtp, eagle3, mtp+ngram, "
+        "eagle3+ngram (none always runs)",
     )
     cross.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step (default 4)")
     cross.add_argument("--threads", type=_positive, default=1, help="CPU threads of both engines (default 1)")

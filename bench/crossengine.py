@@ -61,6 +61,10 @@ METHODS: dict[str, dict[str, Any]] = {
         "options": {"policy": "first", "ngram.min_match": 2, "ngram.max_match": 2},
     },
 }
+# llama.cpp's own lookups, ported (engine/drafters/ngram_cache.py, ngram_map_k.py), each at the draft length the
+# server uses whatever --gamma says: ngram-cache always drafts up to 8 tokens, ngram-map-k up to size-m.
+METHODS["ngram_cache"] = {"drafter": "ngram_cache", "gamma": 8}
+METHODS["ngram_map_k"] = {"drafter": "ngram_map_k", "gamma": 8, "options": {"size_n": 2, "size_m": 8}}
 # Drafting heads whose cost per drafting step the profile measures: the server's --spec-type for each.
 HEAD_KINDS = {"mtp": "draft-mtp", "eagle3": "draft-eagle3"}
 
@@ -268,7 +272,7 @@ def run_crossengine_bench(
     stop = frozenset(models.target.eos_token_ids)
     tokenizer = models.target.tokenizer
     order = ["none", *[m for m in methods if m != "none"]]
-    configs = {m: EngineConfig(gamma=gamma, **METHODS[m]) for m in order}
+    configs = {m: EngineConfig(**{"gamma": gamma, **METHODS[m]}) for m in order}  # a method's own gamma wins
     builtin = {
         m: EngineBackend(Engine(models.target, c, draft=models.draft, mtp=models.mtp, eagle3=models.eagle3))
         for m, c in configs.items()
@@ -303,8 +307,9 @@ def run_crossengine_bench(
                     f"repeat {repeat + 1}/{repeats} {m}: "
                     + ", ".join(f"{e} {results[m][e]['rates'][-1]:.0f} tok/s" for e in backends)
                 )
+        longest = max(c.gamma for c in configs.values())  # R_k up to the longest draft any method asks for
         profile = server_profile(
-            settings, typical_context(conversations), gamma, wants_draft, mtp=wants_mtp, eagle3=wants_eagle3
+            settings, typical_context(conversations), longest, wants_draft, mtp=wants_mtp, eagle3=wants_eagle3
         )
     finally:
         for b in server.values():

@@ -27,9 +27,10 @@ from serving import llama_capabilities
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
 
-# llama-server kinds whose drafter keeps state across requests (ngram-mod's shared hash pool): a repeat
-# starts from a fresh server, as the built-in engine's repeats start from an empty suffix index.
-_CROSS_REQUEST_STATE = ("ngram-mod", "ngram-cache")
+# llama-server kinds whose drafter keeps state across requests (ngram-mod's shared hash pool, the per-slot
+# counts and maps of ngram-cache and ngram-map-k/-k4v): a repeat starts from a fresh server, as the built-in
+# engine's repeats start from empty drafter state.
+_CROSS_REQUEST_STATE = ("ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v")
 
 
 @dataclass
@@ -45,6 +46,7 @@ class ServerSettings:
     start_timeout_s: float = 120.0  # how long a server may take to answer /health
     mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
     eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
+    dflash_gguf: Path | None = None  # a DFlash / DSpark draft GGUF the user brings (server.dflash_gguf)
 
 
 class ServerBackend:
@@ -76,10 +78,15 @@ class ServerBackend:
             raise ValueError(
                 f"drafter {config.drafter!r} needs an EAGLE-3 head (model.eagle3) on the llama-server backend too"
             )
+        if needs.server_draft and settings.dflash_gguf is None:
+            raise ValueError(
+                f"drafter {config.drafter!r} needs a DFlash draft GGUF: server.dflash_gguf=PATH (spectune trains none)"
+            )
         flags, _ = exporter.speculation(
             config,
             str(settings.draft_gguf) if settings.draft_gguf else None,
             str(settings.eagle3_gguf) if settings.eagle3_gguf else None,
+            str(settings.dflash_gguf) if settings.dflash_gguf else None,
         )
         lacking = self.lacks(config, flags, settings.binary)
         if lacking:
@@ -205,7 +212,7 @@ class ServerBackend:
 
     def reset(self) -> None:
         """Restart the server when its drafter keeps state across requests (ngram-mod); else nothing to forget."""
-        if self.server is not None and self.spec_type in _CROSS_REQUEST_STATE:
+        if self.server is not None and set(self.spec_type.split(",")) & set(_CROSS_REQUEST_STATE):
             self.close()
 
     def close(self) -> None:
@@ -217,12 +224,14 @@ class ServerBackend:
     def describe(self) -> dict[str, Any]:
         """The binary, the GGUF files and the flags this side's server runs with."""
         s = self.settings
+        needs = drafter_needs(self.config.drafter)
         return {
             "backend": self.name,
             "binary": s.binary.describe(),
             "target_gguf": str(self.model_file),
             "draft_gguf": str(s.draft_gguf) if s.draft_gguf else None,
-            "eagle3_gguf": str(s.eagle3_gguf) if s.eagle3_gguf and drafter_needs(self.config.drafter).eagle3 else None,
+            "eagle3_gguf": str(s.eagle3_gguf) if s.eagle3_gguf and needs.eagle3 else None,
+            "dflash_gguf": str(s.dflash_gguf) if s.dflash_gguf and needs.server_draft else None,
             "context": s.context,
             "concurrency": self.concurrency,
             "threads": s.threads,

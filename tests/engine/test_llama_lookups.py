@@ -153,3 +153,23 @@ def test_stop_token_edge(target, reference, case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_batched_equals_alone(target, case, cases):
     batched_equals_alone(target, case)
+
+
+def test_the_slot_outlives_a_session_as_on_a_one_slot_server():
+    """The engine's one slot keeps the counts across sessions, and a shorter history adds nothing to them."""
+    slot = NgramCacheDrafter.shared_state(None)
+    first = NgramCacheDrafter(NgramCacheOptions(), DrafterResources(target=None, shared=slot))
+    assert first.propose(ctx([1, 2, 3, 4, 1, 2, 3]))
+    second = NgramCacheDrafter(NgramCacheOptions(), DrafterResources(target=None, shared=slot))
+    assert second.propose(ctx([9, 1, 2, 3])).tokens[:1] == [4]  # the first session's counts draft
+    assert slot.size == 7  # the 4-token history was not counted: the slot had counted 7
+    slot.reset()  # a fresh server (Engine.reset_drafter_state)
+    assert second.propose(ctx([9, 1, 2, 3])).tokens == []
+
+    maps = NgramMapKDrafter.shared_state(None)
+    one = NgramMapKDrafter(NgramMapKOptions(size_n=1, size_m=1), DrafterResources(target=None, shared=maps))
+    one.begin([])
+    one.propose(ctx([0, 5, 6, 0, 0, 0, 7]))  # indexes "5" at position 1
+    other = NgramMapKDrafter(NgramMapKOptions(size_n=1, size_m=1), DrafterResources(target=None, shared=maps))
+    other.begin([0, 8, 8, 8, 8, 8])  # another task: position 1 now holds 8, so the remembered "5" is stale
+    assert other.propose(ctx([0, 8, 8, 8, 8, 8, 3, 5])).tokens == []
