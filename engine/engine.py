@@ -26,6 +26,7 @@ from engine.drafters import (
     drafter_shared_state,
     drafter_takes,
     make_drafter,
+    server_only_refusal,
 )
 from engine.eagle3 import Eagle3Module
 from engine.eagle3 import check_target as check_eagle3_target
@@ -79,6 +80,8 @@ class Engine:
         self.target = target
         self.drafter_options, self.acceptance = self.validate(config)
         self.needs: Needs = drafter_needs(config.drafter, self.drafter_options)
+        if self.needs.server_draft:
+            raise ValueError(server_only_refusal(config.drafter))
         # Only what the drafter uses is kept, so weight_bytes and the memory model count exactly that.
         self.draft = draft if self.needs.draft_model else None
         self.mtp = mtp if self.needs.mtp else None

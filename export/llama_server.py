@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.drafters import drafter_needs
+from engine.drafters import DRAFTERS, drafter_needs
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.ngram_cache import LLAMA_DRAFT, NgramCacheOptions
 from engine.drafters.ngram_map_k import NgramMapKOptions
@@ -291,9 +291,10 @@ def _ngram_cache(engine: EngineConfig, o: NgramCacheOptions) -> tuple[list[Flag]
         _row(
             "drafter=ngram_cache",
             APPROXIMATE,
-            "ngram-cache: spectune's drafter is a port of it (counts of 1..4-grams over the slot's tokens, the same "
-            "thresholds and chunked updates); where two tokens follow an n-gram equally often llama.cpp's hash-map "
-            "order picks one, spectune the first seen; no static or dynamic lookup-cache file",
+            "ngram-cache: spectune's drafter is a port of it (counts of 1..4-grams, the same thresholds, ties and "
+            "chunked updates: the same drafts on the same requests), but llama.cpp keeps the counts per slot across "
+            "requests, also another task's, and after a longer earlier request counts nothing new until a prompt "
+            "outgrows it, where spectune starts each session afresh; no static or dynamic lookup-cache file",
         )
     ]
     if engine.gamma_policy == "fixed" and spectune == LLAMA_DRAFT:
@@ -322,7 +323,8 @@ def _ngram_map_k(engine: EngineConfig, o: NgramMapKOptions) -> tuple[list[Flag],
             APPROXIMATE,
             "ngram-map-k: spectune's drafter is a port of it (first-seen key positions, the newest positions searched "
             "linearly, per-key draft lengths learnt from acceptance); llama.cpp keeps keys in a 2^18-slot hash map "
-            "whose collisions drop a key, spectune in a dict",
+            "whose collisions drop a key, spectune in a dict, and keeps them per slot across requests (an earlier "
+            "task's positions stay, checked against the new tokens), where spectune starts each session afresh",
         ),
         _row(f"ngram_map_k.size_n={o.size_n}, size_m={o.size_m}", EXACT, "--spec-ngram-map-k-size-n / -size-m"),
     ]
@@ -429,6 +431,32 @@ def _eagle3(engine: EngineConfig, head: str | None) -> tuple[list[Flag], list[Ma
     return flags, rows
 
 
+def _server_draft(engine: EngineConfig, gguf_path: str | None) -> tuple[list[Flag], list[Mapping]]:
+    """dflash / dspark: llama.cpp's own drafters with the draft GGUF the user brought (server.dflash_gguf)."""
+    kind = DRAFTERS[engine.drafter][0].kind
+    flags = [
+        ("--spec-type", kind),
+        ("--model-draft", gguf_path or "<dflash-gguf: server.dflash_gguf>"),
+        ("--spec-draft-n-max", str(draft_length(engine))),
+    ]
+    rows = [
+        _row(
+            f"drafter={engine.drafter}",
+            EXACT,
+            f"{kind} with the draft GGUF given as server.dflash_gguf; spectune's engine cannot run it, so it is "
+            "measured on llama-server only (engine.backend=llama-server)",
+        ),
+        *gamma_rows(engine, TARGET, "--spec-draft-n-max"),
+        _row(
+            "draft length vs the draft's block",
+            APPROXIMATE,
+            "llama.cpp clamps --spec-draft-n-max to the draft's trained block size minus 1 (its log says so)",
+        ),
+    ]
+    _confidence(engine, flags, rows)
+    return flags, rows
+
+
 # How each model child of a combination maps (engine, draft weights, EAGLE-3 head) -> its flags and rows.
 _MODEL_PARTS: dict[str, Callable[[EngineConfig, str | None, str | None], tuple[list[Flag], list[Mapping]]]] = {
     "draft_model": lambda engine, draft, eagle3: _draft_model(engine, draft),
@@ -466,9 +494,11 @@ def _acceptance(engine: EngineConfig, lossy: bool) -> list[Mapping]:
     ]
 
 
-def speculation(engine: EngineConfig, draft: str | None, eagle3: str | None = None) -> tuple[list[Flag], list[Mapping]]:
+def speculation(
+    engine: EngineConfig, draft: str | None, eagle3: str | None = None, dflash: str | None = None
+) -> tuple[list[Flag], list[Mapping]]:
     """The speculation and sampling flags of `engine` (draft: the draft weights; eagle3: the head's GGUF or
-    folder) and their Mapping rows.
+    folder; dflash: a DFlash / DSpark draft GGUF) and their Mapping rows.
 
     The `engine.backend=llama-server` runner starts its servers with exactly these flags, so what the tuner
     measured there is what `build` exports.
@@ -484,6 +514,8 @@ def speculation(engine: EngineConfig, draft: str | None, eagle3: str | None = No
         spec_flags, spec_rows = _mtp(engine)
     elif engine.drafter == "eagle3":
         spec_flags, spec_rows = _eagle3(engine, eagle3)
+    elif engine.drafter in DRAFTERS and drafter_needs(engine.drafter).server_draft:
+        spec_flags, spec_rows = _server_draft(engine, dflash)
     elif (child := lookup_child(engine, options, tuple(_LOOKUP_PARTS))) is not None:
         whole = _first_wins(engine, child, options, draft, eagle3)
         if whole is not None:
@@ -566,7 +598,7 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
             )
         )
     head = record.eagle3_gguf or (f"{record.target}+{record.eagle3}" if record.eagle3 else None)
-    spec_flags, spec_rows = speculation(record.engine, record.draft, head)
+    spec_flags, spec_rows = speculation(record.engine, record.draft, head, record.dflash_gguf)
     return flags + spec_flags, rows + spec_rows
 
 
@@ -628,7 +660,8 @@ def render(flags: list[Flag], rows: list[Mapping]) -> str:
         "# one flag per line, '#' lines are comments; run: llama-server $(grep -v '^#' llama-server.args)",
         "# <...-gguf-of:PATH> placeholders: llama-server loads GGUF files; convert PATH with convert_hf_to_gguf.py",
         "# (python -m serving.gguf); <mimo2-gguf-of:TARGET+MTP>: python -m serving.mtp_gguf --target TARGET --mtp MTP;",
-        "# <eagle3-gguf-of:TARGET+HEAD>: python -m serving.eagle3_gguf --target TARGET --head HEAD --out HEAD.gguf",
+        "# <eagle3-gguf-of:TARGET+HEAD>: python -m serving.eagle3_gguf --target TARGET --head HEAD --out HEAD.gguf;",
+        "# <dflash-gguf: ...>: a DFlash draft converted with convert_hf_to_gguf.py --target-model-dir TARGET",
     ]
     lines += [f"# {r.fit}: {r.setting}: {r.reason}" for r in rows if r.fit != EXACT]
     lines += [name if value is None else f"{name} {value}" for name, value in flags]

@@ -36,6 +36,8 @@ class ExportRecord:
     eagle3: str | None = None
     # The head as the GGUF a llama-server study measured (serving.eagle3_gguf), None: convert the folder
     eagle3_gguf: str | None = None
+    # A DFlash / DSpark draft GGUF the user brought (server.dflash_gguf), for drafters dflash and dspark
+    dflash_gguf: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,19 @@ NO_EQUIVALENT: dict[str, dict[str, str]] = {
         "exported with speculation off",
         "SGLang": "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no SGLang "
         "algorithm: exported with speculation off",
+    },
+    # llama-server only (engine/drafters/server_only.py): the draft is a llama.cpp GGUF the user brought
+    "dflash": {
+        "vLLM": "a DFlash draft given as a llama.cpp GGUF (server.dflash_gguf); vLLM loads Hugging Face drafts: "
+        "exported with speculation off",
+        "SGLang": "SGLang's DFLASH loads the draft's Hugging Face checkpoint, not the llama.cpp GGUF spectune was "
+        "given (server.dflash_gguf): exported with speculation off",
+    },
+    "dspark": {
+        "vLLM": "a DSpark draft given as a llama.cpp GGUF (server.dflash_gguf); vLLM loads Hugging Face drafts: "
+        "exported with speculation off",
+        "SGLang": "SGLang's DSPARK loads the draft's Hugging Face checkpoint, not the llama.cpp GGUF spectune was "
+        "given (server.dflash_gguf): exported with speculation off",
     },
     "layer_skip": {
         "llama-server": "no early-exit self-speculation in llama.cpp: exported with speculation off",
@@ -214,7 +229,7 @@ def off_record(record: ExportRecord) -> ExportRecord:
     """The same export with speculation off (sampling and seed kept, no draft or MTP weights)."""
     e = record.engine
     plain = EngineConfig(drafter="none", temperature=e.temperature, top_k=e.top_k, top_p=e.top_p, seed=e.seed)
-    return replace(record, engine=plain, draft=None, mtp=None, eagle3=None, eagle3_gguf=None)
+    return replace(record, engine=plain, draft=None, mtp=None, eagle3=None, eagle3_gguf=None, dflash_gguf=None)
 
 
 def at_level(record: ExportRecord, config: EngineConfig | None) -> ExportRecord:

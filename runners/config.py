@@ -92,6 +92,8 @@ class ServerConf:
     draft_gguf: str | None = None  # a GGUF of the draft to use as is (null: convert model.draft, cached)
     mtp_gguf: str | None = None  # target + MTP module as one mimo2 GGUF to use as is (null: serving.mtp_gguf, cached)
     eagle3_gguf: str | None = None  # the EAGLE-3 head as a GGUF to use as is (null: serving.eagle3_gguf, cached)
+    # a DFlash (or DSpark) draft GGUF, trained elsewhere, for drafters dflash / dspark (llama-server only)
+    dflash_gguf: str | None = None
     context: int | None = None  # -c in tokens; null: the target's own context length
     threads: int | None = None  # -t; null: run.threads, else llama.cpp's default
     start_timeout_s: float = 120.0  # seconds a server may take to load and answer /health

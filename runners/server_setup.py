@@ -75,6 +75,8 @@ def server_settings(
         draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
         mtp_gguf=_head_gguf("mtp", server.mtp_gguf, models, server.gguf_type) if mtp else None,
         eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
+        # a file the user brings, used as is (nothing to convert): checked whenever it is set
+        dflash_gguf=_gguf(server.get("dflash_gguf"), None, server.gguf_type, "dflash"),
         context=context_of(models.target, server.context),
         threads=server.threads or cfg.run.threads,
         log_dir=log_dir,

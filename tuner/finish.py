@@ -199,6 +199,7 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
     mtp = (str(server.mtp_gguf) if server and server.mtp_gguf else paths["mtp"]) if needs.mtp else None
     # the head's folder for vLLM and SGLang, and the GGUF a llama-server study measured (if any) for llama-server
     head_gguf = getattr(server, "eagle3_gguf", None) if needs.eagle3 else None
+    dflash_gguf = getattr(server, "dflash_gguf", None) if needs.server_draft else None
     return ExportRecord(
         engine=engine,
         model_name=setup.names["model"],
@@ -208,6 +209,7 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         mtp=mtp,
         eagle3=paths.get("eagle3") if needs.eagle3 else None,
         eagle3_gguf=str(head_gguf) if head_gguf else None,
+        dflash_gguf=str(dflash_gguf) if dflash_gguf else None,
         hardware=setup.names["hardware"],
         measured_on=setup.workload.models.target.device.type,
         context=int(trial.user_attrs.get("largest_context") or 0),

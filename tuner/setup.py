@@ -258,6 +258,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         has_draft=bool(cfg.model.draft),
         has_mtp=bool(cfg.model.get("mtp")),
         has_eagle3=bool(cfg.model.get("eagle3")),
+        has_server_draft=bool(cfg.get("server") and cfg.server.get("dflash_gguf")),
         backend=base.backend,
         serve=serve,
         server_kinds=frozenset(caps.spec_types) if caps else None,

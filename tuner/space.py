@@ -125,9 +125,19 @@ def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
                 )
 
 
-def _missing(name: str, *, has_draft: bool, has_mtp: bool, has_eagle3: bool) -> str | None:
-    """Why drafter `name` cannot run with this model config (None: it can)."""
+def _missing(
+    name: str, *, has_draft: bool, has_mtp: bool, has_eagle3: bool, has_server_draft: bool, backend: type
+) -> str | None:
+    """Why drafter `name` cannot run with this model config and backend (None: it can)."""
     needs = drafter_needs(name)
+    if needs.server_draft:
+        refused = backend.not_runnable(EngineConfig(drafter=name))  # the built-in engine has no DFlash forward
+        if refused:
+            return refused
+        if not has_server_draft:
+            return (
+                "no DFlash draft GGUF (server.dflash_gguf is null; spectune trains none: convert one trained elsewhere)"
+            )
     if needs.draft_model and not has_draft:
         return "the model config has no draft (model.draft is null)"
     if needs.mtp and not has_mtp:
@@ -143,6 +153,7 @@ def load_space(
     has_draft: bool,
     has_mtp: bool = False,
     has_eagle3: bool = False,
+    has_server_draft: bool = False,
     backend: str = "builtin",
     serve: tuple[str, ...] = (),
     server_kinds: frozenset[str] | None = None,
@@ -151,11 +162,13 @@ def load_space(
     """Check a space node (a conf/space file) and build the `Space`; bad names fail listing the allowed ones.
 
     A drafter that needs a draft model or MTP weights the model config does not have is left out (with
-    the reason kept in `left_out`); so is, on a backend that runs a server's exported flags
-    (`backend="llama-server"`), one that server cannot run, and with `serve` (tuner.serve: server names)
-    one that none of those servers can run (export/fit.py). With `server_kinds` (the `--spec-type` kinds of
-    the llama-server binary `server_binary` runs, serving.llama_capabilities.probe) a drafter none of whose
-    allowed knob values exports a kind that binary has is left out too (`spec_kinds`); None checks nothing.
+    the reason kept in `left_out`), and so is a llama-server-only drafter (dflash, dspark) on the built-in
+    engine or without its draft GGUF (`has_server_draft`: server.dflash_gguf is set); so is, on a backend that
+    runs a server's exported flags (`backend="llama-server"`), one that server cannot run, and with `serve`
+    (tuner.serve: server names) one that none of those servers can run (export/fit.py). With `server_kinds`
+    (the `--spec-type` kinds of the llama-server binary `server_binary` runs, serving.llama_capabilities.probe)
+    a drafter none of whose allowed knob values exports a kind that binary has is left out too (`spec_kinds`);
+    None checks nothing.
     """
     kind = backend_class(backend)
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
@@ -170,7 +183,14 @@ def load_space(
             raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
         knobs = drafter_knobs(name, knobs_node)
         _check_drafter(name, knobs)
-        why = _missing(name, has_draft=has_draft, has_mtp=has_mtp, has_eagle3=has_eagle3)
+        why = _missing(
+            name,
+            has_draft=has_draft,
+            has_mtp=has_mtp,
+            has_eagle3=has_eagle3,
+            has_server_draft=has_server_draft,
+            backend=kind,
+        )
         if why is None and kind.export_target:
             why = _not_served(name, (kind.export_target,))
         if why is None and serve:

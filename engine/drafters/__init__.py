@@ -21,6 +21,7 @@ from engine.drafters.ngram import NgramDrafter, NgramOptions
 from engine.drafters.ngram_cache import NgramCacheDrafter, NgramCacheOptions
 from engine.drafters.ngram_map_k import NgramMapKDrafter, NgramMapKOptions
 from engine.drafters.none import NoneDrafter, NoneOptions
+from engine.drafters.server_only import DFlashDrafter, DSparkDrafter, ServerDraftOptions, ServerOnlyDrafter, refusal
 from engine.drafters.suffix import SuffixDrafter, SuffixOptions
 from engine.options import build_options, option_names
 
@@ -35,6 +36,9 @@ DRAFTERS: dict[str, tuple[type, type]] = {
     "mtp": (MtpDrafter, MtpOptions),
     "eagle3": (Eagle3Drafter, Eagle3Options),
     "layer_skip": (LayerSkipDrafter, LayerSkipOptions),
+    # llama-server only (engine/drafters/server_only.py): the engine refuses them
+    "dflash": (DFlashDrafter, ServerDraftOptions),
+    "dspark": (DSparkDrafter, ServerDraftOptions),
 }
 # Combinations the configs and docs name; any A+B of registered drafters works.
 COMBINED_EXAMPLES = ("mtp+ngram", "eagle3+ngram")
@@ -132,6 +136,15 @@ def drafter_needs(name: str, options: Any = None) -> Needs:
     return cls.needs_for(options)
 
 
+def server_only_refusal(name: str) -> str:
+    """Why spectune's engine cannot run drafter `name` (one of its parts runs on llama-server only), else ""."""
+    for part in drafter_parts(name):
+        cls = DRAFTERS[part][0]
+        if issubclass(cls, ServerOnlyDrafter):
+            return refusal(part, cls.kind)
+    return ""
+
+
 def drafter_shared_state(name: str, options: Any = None) -> Any:
     """The engine-wide state drafter `name` keeps across sessions (None: none); it has a reset() method."""
     cls, options = _class_and_options(name, options)
@@ -168,4 +181,5 @@ __all__ = [
     "drafter_takes",
     "is_known_drafter",
     "make_drafter",
+    "server_only_refusal",
 ]

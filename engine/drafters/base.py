@@ -36,6 +36,8 @@ class Needs:
     draft_model: bool = False  # the engine must be given a draft model
     mtp: bool = False  # the engine must be given MTP weights
     eagle3: bool = False  # the engine must be given an EAGLE-3 head
+    # a draft only llama-server runs (DFlash / DSpark GGUF, server.dflash_gguf): spectune's engine refuses it
+    server_draft: bool = False
 
     @property
     def target_hidden(self) -> bool:
@@ -44,7 +46,8 @@ class Needs:
 
     def __or__(self, other: Needs) -> Needs:
         """The union: what either needs (taps in first-seen order)."""
-        flags = {k: getattr(self, k) or getattr(other, k) for k in ("distribution", "draft_model", "mtp", "eagle3")}
+        names = ("distribution", "draft_model", "mtp", "eagle3", "server_draft")
+        flags = {k: getattr(self, k) or getattr(other, k) for k in names}
         return Needs(taps=tuple(dict.fromkeys(self.taps + other.taps)), **flags)
 
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from agents.engine_model import EngineModel
 from agents.model import AgentModel
+from engine.drafters import server_only_refusal
 from engine.engine import Engine, EngineConfig
 from engine.scheduler import Scheduler
 
@@ -42,8 +43,8 @@ class EngineBackend:
 
     @classmethod
     def not_runnable(cls, config: EngineConfig) -> str | None:
-        """None: the engine refuses what it cannot run itself, when it is built."""
-        return None
+        """A drafter only llama-server runs (dflash, dspark), else None: the engine refuses the rest when built."""
+        return server_only_refusal(config.drafter) or None
 
     @classmethod
     def create(cls, config: EngineConfig, models: Any, server: Any | None, concurrency: int = 1) -> EngineBackend:

@@ -139,7 +139,7 @@ def test_draft_with_other_tokenizer_is_rejected(tiny_files):
     [
         (
             EngineConfig(drafter="medusa"),
-            r"unknown drafter 'medusa'; allowed: \['draft_model', 'eagle3', 'layer_skip', 'mtp', 'ngram'",
+            r"unknown drafter 'medusa'; allowed: \['dflash', 'draft_model', 'dspark', 'eagle3', 'layer_skip', 'mtp'",
         ),
         (EngineConfig(acceptance="fuzzy"), r"unknown acceptance 'fuzzy'; allowed: \['exact'"),
         (EngineConfig(gamma=0), "gamma must be >= 1"),

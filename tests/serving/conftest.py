@@ -45,6 +45,14 @@ def ggufs(binary, tmp_path_factory):
     return files
 
 
+@pytest.fixture(scope="session")
+def dflash_gguf(binary, tmp_path_factory):
+    """A random DFlash draft for the bundled target as GGUF (tests/serving/dflash_draft.py), once per session."""
+    from tests.serving.dflash_draft import random_dflash_gguf
+
+    return random_dflash_gguf(MODELS / "target", tmp_path_factory.mktemp("dflash"))
+
+
 def server_pids(marker: str) -> list[int]:
     """Processes whose command line mentions `marker` (a test's own GGUF path): what a test started."""
     pids = []

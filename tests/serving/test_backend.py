@@ -143,6 +143,37 @@ def test_a_first_wins_combination_runs_whole_on_the_server_with_the_plain_stream
     assert args[args.index("--spec-type") + 1] == "ngram-simple,draft-eagle3" and str(ggufs["eagle3"]) in args
 
 
+def test_a_dflash_draft_the_user_brings_drafts_on_the_server_and_every_stream_is_the_plain_one(
+    ggufs, dflash_gguf, tmp_path
+):
+    cfg = _cfg(
+        tmp_path,
+        "engine=dflash",
+        "task.limit=1",
+        f"server.target_gguf={ggufs['target']}",
+        f"server.dflash_gguf={dflash_gguf}",
+        "run.name=dflash",
+    )
+    summary = execute(cfg)
+    assert summary["greedy"] and summary["diverged_tasks"] == [] and summary["regressions"] == []
+    args = summary["backend"]["candidate"]["args"]
+    assert args[:6] == ["--spec-type", "draft-dflash", "--model-draft", str(dflash_gguf), "--spec-draft-n-max", "3"]
+    assert summary["backend"]["candidate"]["dflash_gguf"] == str(dflash_gguf)
+    candidate = summary["candidate"]
+    assert candidate["unsupported"] is None and candidate["per_position"]["drafted"][0] > 0
+    assert server_pids(str(dflash_gguf)) == [], "a llama-server outlived the run"
+
+
+def test_dflash_without_its_draft_or_on_the_built_in_engine_is_unsupported_with_the_reason(ggufs, tmp_path):
+    cfg = _cfg(tmp_path, "engine=dflash", "task.limit=1", f"server.target_gguf={ggufs['target']}", "run.name=nod")
+    summary = execute(cfg)
+    assert "needs a DFlash draft GGUF: server.dflash_gguf=PATH" in summary["candidate"]["unsupported"]
+    assert summary["baseline"]["tasks"] == 1
+    builtin = _cfg(tmp_path, "engine=dflash", "engine.backend=builtin", "task.limit=1", "run.name=builtin")
+    summary = execute(builtin)
+    assert "runs on engine.backend=llama-server only" in summary["candidate"]["unsupported"]
+
+
 def test_a_configuration_the_server_cannot_run_is_unsupported_and_the_baseline_still_runs(ggufs, tmp_path):
     cfg = _cfg(tmp_path, "engine=layer_skip", f"server.target_gguf={ggufs['target']}", "task.limit=1", "run.name=ls")
     summary = execute(cfg)

@@ -32,6 +32,8 @@ EXPORTED = {
     "ngram_cache": EngineConfig(drafter="ngram_cache", gamma=8),
     "ngram_map_k": EngineConfig(drafter="ngram_map_k", gamma=16, options={"size_n": 2, "size_m": 6}),
     "mtp+ngram_map_k": EngineConfig(drafter="mtp+ngram_map_k", gamma=4, options={"ngram_map_k.size_n": 2}),
+    "dflash": EngineConfig(drafter="dflash", gamma=3),
+    "dspark": EngineConfig(drafter="dspark", gamma=3),
 }
 
 
@@ -55,7 +57,7 @@ def repetitive_prompt():
 
 @pytest.mark.parametrize("case", sorted(EXPORTED))
 def test_the_exported_flags_start_llama_server_with_speculation_as_written(
-    case, binary, ggufs, repetitive_prompt, tmp_path
+    case, binary, ggufs, dflash_gguf, repetitive_prompt, tmp_path
 ):
     engine = EXPORTED[case]
     record = make_record(
@@ -65,6 +67,7 @@ def test_the_exported_flags_start_llama_server_with_speculation_as_written(
         mtp=str(ggufs["mtp"]),
         eagle3=str(MODELS / "eagle3"),
         eagle3_gguf=str(ggufs["eagle3"]),
+        dflash_gguf=str(dflash_gguf),
     )
     write_exports(tmp_path / "best", record)
     args = file_args(tmp_path / "best" / llama_server.FILE)
