@@ -23,6 +23,13 @@ that source, not in older docs:
   --spec-ngram-mod-n-max; ngram-cache drafts a fixed 8 with n-gram sizes 1..4 (no flags). ngram-mod keeps
   one hash pool shared by all slots and requests; ngram-map-k4v keeps per-slot counts of up to four
   continuations per key and drafts the dominant one.
+- common/ngram-cache.cpp, common/ngram-map.cpp and their impls in common/speculative.cpp: ngram-cache and
+  ngram-map-k keep their state per server slot across requests (what spectune's ports in
+  engine/drafters/ngram_cache.py and ngram_map_k.py reproduce, one slot per engine); ngram-map-k ignores
+  min-hits (key-only mode) and drafts up to size-m tokens, fewer after a partly accepted draft of that key.
+- common/speculative.cpp (draft-dflash / draft-dspark): a DFlash or DSpark draft GGUF given as --model-draft
+  drafts up to --spec-draft-n-max tokens, clamped to its block size minus 1, and stops below --spec-draft-p-min;
+  a plain DFlash GGUF runs as draft-dspark too (the Markov head is optional).
 - tools/server/server-context.cpp: at temperature > 0 the server verifies by rejection sampling only
   when the draft was sampled (`--spec-draft-sampling probabilistic`); greedy drafts are verified by
   sample-and-match. Both are lossless; there is no lossy acceptance rule.

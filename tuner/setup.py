@@ -302,6 +302,8 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         fingerprint["backend"] = base.backend
     if serve:
         fingerprint["serve"] = list(serve)
+    if any(n.server_draft for n in needs) and server is not None and server.dflash_gguf:
+        fingerprint["dflash_gguf"] = str(server.dflash_gguf)  # another draft is another study
     t, s, tr = cfg.tuner, cfg.study, cfg.tracking
     return TuneSetup(
         study=StudySettings(
