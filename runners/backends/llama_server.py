@@ -33,6 +33,15 @@ from serving.llama_server import LlamaServer
 _CROSS_REQUEST_STATE = ("ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v")
 
 
+# What a drafter's Needs ask of the server's files: (Needs flag, ServerSettings field, what is missing).
+_NEEDED_FILES = (
+    ("draft_model", "draft_gguf", "a draft model (model.draft) on the llama-server backend too"),
+    ("mtp", "mtp_gguf", "MTP weights (model.mtp) on the llama-server backend too"),
+    ("eagle3", "eagle3_gguf", "an EAGLE-3 head (model.eagle3) on the llama-server backend too"),
+    ("server_draft", "dflash_gguf", "a DFlash draft GGUF: server.dflash_gguf=PATH (spectune trains none)"),
+)
+
+
 @dataclass
 class ServerSettings:
     """Where the llama-server backend finds its binary and weights, and how it runs them."""
@@ -66,22 +75,9 @@ class ServerBackend:
         if reason:
             raise ValueError(f"llama-server cannot run this configuration: {reason}")
         needs = drafter_needs(config.drafter)  # a combination needs what its model child needs
-        if needs.draft_model and settings.draft_gguf is None:
-            raise ValueError(
-                f"drafter {config.drafter!r} needs a draft model (model.draft) on the llama-server backend too"
-            )
-        if needs.mtp and settings.mtp_gguf is None:
-            raise ValueError(
-                f"drafter {config.drafter!r} needs MTP weights (model.mtp) on the llama-server backend too"
-            )
-        if needs.eagle3 and settings.eagle3_gguf is None:
-            raise ValueError(
-                f"drafter {config.drafter!r} needs an EAGLE-3 head (model.eagle3) on the llama-server backend too"
-            )
-        if needs.server_draft and settings.dflash_gguf is None:
-            raise ValueError(
-                f"drafter {config.drafter!r} needs a DFlash draft GGUF: server.dflash_gguf=PATH (spectune trains none)"
-            )
+        for need, file, what in _NEEDED_FILES:
+            if getattr(needs, need) and getattr(settings, file) is None:
+                raise ValueError(f"drafter {config.drafter!r} needs {what}")
         flags, _ = exporter.speculation(
             config,
             str(settings.draft_gguf) if settings.draft_gguf else None,
