@@ -131,7 +131,7 @@ def test_a_slow_candidate_is_pruned_before_the_end(tune, tmp_path, monkeypatch):
     def slow(self, *args, **kwargs):
         import time
 
-        time.sleep(0.05)  # every draft step: the candidate is slower than OFF on every task
+        time.sleep(0.02)  # every draft step: the candidate is slower than OFF on every task
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(NgramDrafter, "propose", slow)
@@ -139,6 +139,7 @@ def test_a_slow_candidate_is_pruned_before_the_end(tune, tmp_path, monkeypatch):
         tune(
             "task.limit=8",
             "tuner.trials=1",
+            "tuner.clock=wall",  # a sleep costs no CPU time: on the cpu clock this candidate could even look fast
             "study.prune_startup_steps=2",
             "study.prune_p=0.1",
             drafters={"ngram": {"gamma": 4}},
