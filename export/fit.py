@@ -15,10 +15,11 @@ from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export import llama_server, sglang, vllm
 from export.record import APPROXIMATE, EXACT, NONE, ExportRecord, Mapping, is_half_export
+from export.table import LLAMA, SGLANG, VLLM
 
 # Server name (as the exporters write it) -> the exporter module and the folder of its files under best/.
-SERVERS = {"llama-server": llama_server, "vLLM": vllm, "SGLang": sglang}
-FOLDERS = {"llama-server": "llama-server", "vLLM": "vllm", "SGLang": "sglang"}
+SERVERS = {LLAMA: llama_server, VLLM: vllm, SGLANG: sglang}
+FOLDERS = {LLAMA: "llama-server", VLLM: "vllm", SGLANG: "sglang"}
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ that source, not in older docs:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +59,15 @@ from export.record import (
     at_level,
     draft_length,
     gamma_rows,
-    half_export,
     is_half_export,
     levels_in_order,
-    lookup_child,
-    no_equivalent,
     speculation_on,
     typed_options,
 )
+from export.table import LLAMA, Builder, Files, dispatch, no_equivalent, way
 
 FILE = "llama-server.args"
-TARGET = "llama-server"
+TARGET = LLAMA
 # The engine.backend that measures a configuration in a real llama-server started with exactly these flags
 # (runners/backends/llama_server.py registers under this name); export/ names it here, below runners/.
 BACKEND = TARGET
@@ -128,33 +125,29 @@ def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
 
 
-# Model drafters with a llama-server kind of their own (what a combination's model child maps to).
-_MODEL_KINDS = {"draft_model": "draft-simple", "mtp": "draft-mtp", "eagle3": "draft-eagle3"}
+# Model drafters a combination's model child can be in a first-wins list of kinds (a lookup's comes first).
+_MODEL_CHILDREN = ("draft_model", "mtp", "eagle3")
 
 
-def _combined_row(drafter: str, child: str, policy: str) -> Mapping:
-    """A combination exports its lookup child alone, saying why each other child is left out."""
-    others = [p for p in drafter.split("+") if p != child]
-
-    def why(other: str) -> str:
-        if other in _MODEL_KINDS:
-            return (
-                f"{other}: alone it maps to {_MODEL_KINDS[other]}, but llama.cpp combines --spec-type kinds only "
-                f"first-wins (policy=first), not with policy={policy}"
-            )
-        return f"{other}: {no_equivalent(other, TARGET)}"
-
-    return _row(f"drafter={drafter}", APPROXIMATE, half_export(child, "; ".join(map(why, others))))
+def _why_left_out(other: str, options: Any) -> str:
+    """Why a combination's other child is left out when only its lookup part is exported."""
+    if other in _MODEL_CHILDREN:
+        policy = getattr(options, "policy", "?")
+        return (
+            f"{other}: alone it maps to {way(other, TARGET).kind}, but llama.cpp combines --spec-type kinds only "
+            f"first-wins (policy=first), not with policy={policy}"
+        )
+    return f"{other}: {no_equivalent(other, TARGET)}"
 
 
 def _model_child(engine: EngineConfig) -> str | None:
     """The one child of a combination with a llama-server kind of its own (mtp, eagle3, draft_model), else None."""
-    found = [p for p in engine.drafter.split("+") if p in _MODEL_KINDS]
+    found = [p for p in engine.drafter.split("+") if p in _MODEL_CHILDREN]
     return found[0] if len(found) == 1 else None
 
 
 def _first_wins(
-    engine: EngineConfig, lookup: tuple[str, Any], options: Any, draft: str | None, eagle3: str | None
+    engine: EngineConfig, lookup: tuple[str, Any], options: Any, files: Files
 ) -> tuple[list[Flag], list[Mapping]] | None:
     """A lookup + model combination with policy=first as one comma list of kinds (None where it is not one).
 
@@ -166,8 +159,8 @@ def _first_wins(
     model = _model_child(engine)
     if model is None or getattr(options, "policy", None) != "first":
         return None
-    lookup_flags, lookup_rows = _LOOKUP_PARTS[lookup[0]](engine, lookup[1])
-    model_flags, model_rows = _MODEL_PARTS[model](engine, draft, eagle3)
+    lookup_flags, lookup_rows = BUILDERS[lookup[0]](engine, lookup[1], files)
+    model_flags, model_rows = BUILDERS[model](engine, options.children[model], files)
     kinds = [value for name, value in (*lookup_flags, *model_flags) if name == "--spec-type"]
     flags = [("--spec-type", ",".join(kinds))]
     flags += [f for f in (*lookup_flags, *model_flags) if f[0] != "--spec-type"]
@@ -186,7 +179,7 @@ def _first_wins(
     return flags, rows
 
 
-def _none() -> tuple[list[Flag], list[Mapping]]:
+def _none(engine: EngineConfig, options: object, files: Files) -> tuple[list[Flag], list[Mapping]]:
     return [("--spec-type", "none")], [_row("drafter=none", EXACT, "speculation off: --spec-type none")]
 
 
@@ -348,15 +341,6 @@ def _ngram_map_k(engine: EngineConfig, o: NgramMapKOptions) -> tuple[list[Flag],
     return flags, rows
 
 
-# How each lookup drafter maps (alone, or as a combination's lookup child): engine, its options -> flags, rows.
-_LOOKUP_PARTS: dict[str, Callable[[EngineConfig, Any], tuple[list[Flag], list[Mapping]]]] = {
-    "ngram": _ngram,
-    "suffix": _suffix,
-    "ngram_cache": _ngram_cache,
-    "ngram_map_k": _ngram_map_k,
-}
-
-
 def _confidence(engine: EngineConfig, flags: list[Flag], rows: list[Mapping]) -> None:
     """The confidence policy as --spec-draft-p-min (draft-simple, draft-mtp and draft-eagle3 all stop on it)."""
     if engine.gamma_policy != "confidence":
@@ -464,11 +448,19 @@ def _server_draft(engine: EngineConfig, gguf_path: str | None) -> tuple[list[Fla
     return flags, rows
 
 
-# How each model child of a combination maps (engine, draft weights, EAGLE-3 head) -> its flags and rows.
-_MODEL_PARTS: dict[str, Callable[[EngineConfig, str | None, str | None], tuple[list[Flag], list[Mapping]]]] = {
-    "draft_model": lambda engine, draft, eagle3: _draft_model(engine, draft),
-    "mtp": lambda engine, draft, eagle3: _mtp(engine),
-    "eagle3": lambda engine, draft, eagle3: _eagle3(engine, eagle3),
+# The builder of each drafter llama-server runs (export/table.py's llama-server column), alone or as a part of
+# a combination: engine, the drafter's options, weights -> flags, rows.
+BUILDERS: dict[str, Builder] = {
+    "none": _none,
+    "ngram": lambda engine, options, files: _ngram(engine, options),
+    "suffix": lambda engine, options, files: _suffix(engine, options),
+    "ngram_cache": lambda engine, options, files: _ngram_cache(engine, options),
+    "ngram_map_k": lambda engine, options, files: _ngram_map_k(engine, options),
+    "draft_model": lambda engine, options, files: _draft_model(engine, files.draft),
+    "mtp": lambda engine, options, files: _mtp(engine),
+    "eagle3": lambda engine, options, files: _eagle3(engine, files.eagle3),
+    "dflash": lambda engine, options, files: _server_draft(engine, files.dflash),
+    "dspark": lambda engine, options, files: _server_draft(engine, files.dflash),
 }
 
 
@@ -510,29 +502,12 @@ def speculation(
     The `engine.backend=llama-server` runner starts its servers with exactly these flags, so what the tuner
     measured there is what `build` exports.
     """
-    options, rule = typed_options(engine)
-    if engine.drafter == "none":
-        spec_flags, spec_rows = _none()
-    elif engine.drafter in _LOOKUP_PARTS:
-        spec_flags, spec_rows = _LOOKUP_PARTS[engine.drafter](engine, options)
-    elif engine.drafter == "draft_model":
-        spec_flags, spec_rows = _draft_model(engine, draft)
-    elif engine.drafter == "mtp":
-        spec_flags, spec_rows = _mtp(engine)
-    elif engine.drafter == "eagle3":
-        spec_flags, spec_rows = _eagle3(engine, eagle3)
-    elif engine.drafter in DRAFTERS and drafter_needs(engine.drafter).server_draft:
-        spec_flags, spec_rows = _server_draft(engine, dflash)
-    elif (child := lookup_child(engine, options, tuple(_LOOKUP_PARTS))) is not None:
-        whole = _first_wins(engine, child, options, draft, eagle3)
-        if whole is not None:
-            spec_flags, spec_rows = whole
-        else:
-            spec_flags, spec_rows = _LOOKUP_PARTS[child[0]](engine, child[1])
-            spec_rows = [_combined_row(engine.drafter, child[0], getattr(options, "policy", "?")), *spec_rows]
-    else:
-        spec_flags = [("--spec-type", "none")]
-        spec_rows = [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
+    _, rule = typed_options(engine)
+    files = Files(draft=draft, eagle3=eagle3, dflash=dflash)
+    off = [("--spec-type", "none")]
+    spec_flags, spec_rows = dispatch(
+        engine, TARGET, BUILDERS, files, off, why_left_out=_why_left_out, whole=_first_wins
+    )
     sampling_flags, sampling_rows = _sampling(engine)
     return spec_flags + sampling_flags, spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
 

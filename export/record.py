@@ -82,54 +82,6 @@ def gamma_rows(engine: EngineConfig, target: str, knob: str, offset: int = 0) ->
     return [Mapping(f"gamma={engine.gamma}", target, EXACT, f"{knob} = gamma{plus} = {engine.gamma + offset}")]
 
 
-# Why a drafter with no serving equivalent is exported with speculation off, per target (the export README shows it).
-NO_EQUIVALENT: dict[str, dict[str, str]] = {
-    "mtp": {
-        "vLLM": "method 'mtp' reads MTP layers from the target checkpoint itself (num_nextn_predict_layers: "
-        "DeepSeek-V3, Qwen3-Next, MiMo); vLLM has no loader for a separately trained module on another target, "
-        "so it is exported with speculation off",
-        "SGLang": "NEXTN loads the target's own nextn layer and EAGLE/EAGLE3 an EAGLE head checkpoint; a spectune "
-        "MTP module is neither, so it is exported with speculation off",
-    },
-    # llama.cpp's own lookups (engine/drafters/ngram_cache.py, ngram_map_k.py): the other servers have neither
-    "ngram_cache": {
-        "vLLM": "llama.cpp's ngram-cache (frequency-thresholded 1..4-gram counts) has no vLLM method (its ngram is "
-        "prompt lookup of the most recent match): exported with speculation off",
-        "SGLang": "llama.cpp's ngram-cache (frequency-thresholded 1..4-gram counts) has no SGLang algorithm: "
-        "exported with speculation off",
-    },
-    "ngram_map_k": {
-        "vLLM": "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no vLLM method: "
-        "exported with speculation off",
-        "SGLang": "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no SGLang "
-        "algorithm: exported with speculation off",
-    },
-    # llama-server only (engine/drafters/server_only.py): the draft is a llama.cpp GGUF the user brought
-    "dflash": {
-        "vLLM": "a DFlash draft given as a llama.cpp GGUF (server.dflash_gguf); vLLM loads Hugging Face drafts: "
-        "exported with speculation off",
-        "SGLang": "SGLang's DFLASH loads the draft's Hugging Face checkpoint, not the llama.cpp GGUF spectune was "
-        "given (server.dflash_gguf): exported with speculation off",
-    },
-    "dspark": {
-        "vLLM": "a DSpark draft given as a llama.cpp GGUF (server.dflash_gguf); vLLM loads Hugging Face drafts: "
-        "exported with speculation off",
-        "SGLang": "SGLang's DSPARK loads the draft's Hugging Face checkpoint, not the llama.cpp GGUF spectune was "
-        "given (server.dflash_gguf): exported with speculation off",
-    },
-    "layer_skip": {
-        "llama-server": "no early-exit self-speculation in llama.cpp: exported with speculation off",
-        "vLLM": "no early-exit self-speculation method in SpeculativeMethod: exported with speculation off",
-        "SGLang": "no early-exit self-speculation algorithm: exported with speculation off",
-    },
-}
-
-
-def no_equivalent(drafter: str, target: str) -> str:
-    """Why `drafter` runs with speculation off on `target` (a generic line for drafters without a specific one)."""
-    return NO_EQUIVALENT.get(drafter, {}).get(target, f"no {target} equivalent: exported with speculation off")
-
-
 HALF_EXPORT = "only the {child} part is exported"  # a combination a server would run only part of
 
 
@@ -141,23 +93,6 @@ def half_export(child: str, why: str) -> str:
 def is_half_export(reason: str) -> bool:
     """Whether a mapping row's reason says only part of a combination is exported (half_export)."""
     return reason.startswith(HALF_EXPORT.split("{", 1)[0])
-
-
-def lookup_child(
-    engine: EngineConfig, options: Any, lookups: tuple[str, ...] = ("ngram", "suffix")
-) -> tuple[str, Any] | None:
-    """For a combined drafter (A+B), its first lookup child among `lookups` (those the server maps) and that
-    child's options, else None.
-
-    Servers that run several speculative types can take the lookup part; the model part is reported apart.
-    """
-    children = getattr(options, "children", None)
-    if not children:
-        return None
-    for name in lookups:
-        if name in children:
-            return name, children[name]
-    return None
 
 
 @dataclass(frozen=True)

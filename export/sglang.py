@@ -49,18 +49,16 @@ from export.record import (
     at_level,
     draft_length,
     gamma_rows,
-    half_export,
     level_configuration,
     levels_in_order,
-    lookup_child,
-    no_equivalent,
     read_eagle3_head,
     speculation_on,
     typed_options,
 )
+from export.table import SGLANG, Builder, Files, dispatch
 
 FILE = "sglang.args"
-TARGET = "SGLang"
+TARGET = SGLANG
 VERSION = "SGLang 0.5.23"
 Flag = tuple[str, str | None]
 HEAD_DIR = "sglang-eagle3"  # the EAGLE-3 head with SGLang's layer ids, in the export folder (module docstring)
@@ -68,13 +66,6 @@ HEAD_DIR = "sglang-eagle3"  # the EAGLE-3 head with SGLang's layer ids, in the e
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
-
-
-def _combined_row(drafter: str, child: str) -> Mapping:
-    """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
-    others = [p for p in drafter.split("+") if p != child]
-    why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
-    return _row(f"drafter={drafter}", APPROXIMATE, half_export(child, why))
 
 
 def _ngram_trie(engine: EngineConfig, o: NgramOptions | SuffixOptions, match_type: str) -> list[Flag]:
@@ -292,6 +283,20 @@ def _acceptance(engine: EngineConfig, rule: AcceptanceRule, lossy: bool) -> tupl
     ]
 
 
+def _none(engine: EngineConfig, options: object, files: Files) -> tuple[list[Flag], list[Mapping]]:
+    return [], [_row("drafter=none", EXACT, "speculation off: no --speculative-algorithm")]
+
+
+# The builder of each drafter SGLang runs (export/table.py's SGLang column): engine, options, weights -> flags, rows.
+BUILDERS: dict[str, Builder] = {
+    "none": _none,
+    "ngram": lambda engine, options, files: _ngram(engine, options),
+    "suffix": lambda engine, options, files: _suffix(engine, options),
+    "draft_model": lambda engine, options, files: _draft_model(engine, files.draft),
+    "eagle3": lambda engine, options, files: _eagle3(engine, files.eagle3, HEAD_DIR),
+}
+
+
 def build(record: ExportRecord) -> tuple[list[Flag], list[Mapping]]:
     """The speculative flags (name, value) and the Mapping rows for SGLang (`record.concurrency` requests at once)."""
     return build_at(record, record.concurrency)
@@ -305,7 +310,7 @@ def build_at(record: ExportRecord, level: int, head_dir: str = HEAD_DIR) -> tupl
     if level < 1:
         raise ValueError(f"concurrency must be >= 1, got {level}")
     engine = record.engine
-    options, rule = typed_options(engine)
+    _, rule = typed_options(engine)
     rows = [_row(f"model={record.model_name}", EXACT, "--model-path: the same target weights")]
     if record.context > 0:
         rows.append(_row(f"context={record.context}", EXACT, "server argument --context-length"))
@@ -313,26 +318,9 @@ def build_at(record: ExportRecord, level: int, head_dir: str = HEAD_DIR) -> tupl
         rows.append(_row("one session at a time", EXACT, "server argument --max-running-requests 1"))
     else:
         rows.append(_row(f"concurrency={level}", EXACT, f"server argument --max-running-requests {level}"))
-    flags: list[Flag] = []
-    if engine.drafter == "none":
-        rows.append(_row("drafter=none", EXACT, "speculation off: no --speculative-algorithm"))
-    elif engine.drafter == "ngram":
-        flags, more = _ngram(engine, options)
-        rows += more
-    elif engine.drafter == "suffix":
-        flags, more = _suffix(engine, options)
-        rows += more
-    elif engine.drafter == "draft_model":
-        flags, more = _draft_model(engine, record.draft)
-        rows += more
-    elif engine.drafter == "eagle3":
-        flags, more = _eagle3(engine, record.eagle3, head_dir)
-        rows += more
-    elif (child := lookup_child(engine, options)) is not None:
-        flags, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
-        rows += [_combined_row(engine.drafter, child[0]), *more]
-    else:
-        rows.append(_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET)))
+    builders = {**BUILDERS, "eagle3": lambda engine, options, files: _eagle3(engine, files.eagle3, head_dir)}
+    flags, more = dispatch(engine, TARGET, builders, Files(draft=record.draft, eagle3=record.eagle3), [])
+    rows += more
     if flags:
         more_flags, more = _acceptance(engine, rule, rule.lossy)
         flags += more_flags

@@ -43,18 +43,16 @@ from export.record import (
     PerLevel,
     draft_length,
     gamma_rows,
-    half_export,
     level_configuration,
     levels_in_order,
-    lookup_child,
-    no_equivalent,
     read_eagle3_head,
     speculation_on,
     typed_options,
 )
+from export.table import VLLM, Builder, Files, dispatch
 
 FILE = "vllm-speculative-config.json"
-TARGET = "vLLM"
+TARGET = VLLM
 VERSION = "vLLM 0.33.0"
 METHODS = ("ngram", "suffix", "draft_model", "eagle3")  # the SpeculativeMethod values this exporter writes
 GLOBAL_TREE_REQUESTS = 10000  # vLLM's default suffix_decoding_max_cached_requests
@@ -63,13 +61,6 @@ PER_BATCH_SIZE = "num_speculative_tokens_per_batch_size"
 
 def _row(setting: str, fit: str, reason: str) -> Mapping:
     return Mapping(setting, TARGET, fit, reason)
-
-
-def _combined_row(drafter: str, child: str) -> Mapping:
-    """A combination exports its lookup child alone; the model child has no equivalent (record.NO_EQUIVALENT)."""
-    others = [p for p in drafter.split("+") if p != child]
-    why = "; ".join(f"{o}: {no_equivalent(o, TARGET)}" for o in others)
-    return _row(f"drafter={drafter}", APPROXIMATE, half_export(child, why))
 
 
 def _ngram(engine: EngineConfig, o: NgramOptions) -> tuple[dict[str, Any], list[Mapping]]:
@@ -241,22 +232,22 @@ def _sessions_row(concurrency: int) -> Mapping:
 def _speculative(
     engine: EngineConfig, draft: str | None, eagle3: str | None = None
 ) -> tuple[dict[str, Any], list[Mapping]]:
-    """The speculative config of `engine` ({} = speculation off) and the drafter's rows."""
-    options, _ = typed_options(engine)
-    if engine.drafter == "none":
-        return {}, [_row("drafter=none", EXACT, "speculation off: start vLLM without --speculative-config")]
-    if engine.drafter == "ngram":
-        return _ngram(engine, options)
-    if engine.drafter == "suffix":
-        return _suffix(engine, options)
-    if engine.drafter == "draft_model":
-        return _draft_model(engine, draft)
-    if engine.drafter == "eagle3":
-        return _eagle3(engine, eagle3)
-    if (child := lookup_child(engine, options)) is not None:
-        config, more = (_ngram if child[0] == "ngram" else _suffix)(engine, child[1])
-        return config, [_combined_row(engine.drafter, child[0]), *more]
-    return {}, [_row(f"drafter={engine.drafter}", NONE, no_equivalent(engine.drafter, TARGET))]
+    """The speculative config of `engine` ({} = speculation off) and the drafter's rows (export/table.py)."""
+    return dispatch(engine, TARGET, BUILDERS, Files(draft=draft, eagle3=eagle3), {})
+
+
+def _none(engine: EngineConfig, options: object, files: Files) -> tuple[dict[str, Any], list[Mapping]]:
+    return {}, [_row("drafter=none", EXACT, "speculation off: start vLLM without --speculative-config")]
+
+
+# The builder of each drafter vLLM runs (export/table.py's vLLM column): engine, options, weights -> config, rows.
+BUILDERS: dict[str, Builder] = {
+    "none": _none,
+    "ngram": lambda engine, options, files: _ngram(engine, options),
+    "suffix": lambda engine, options, files: _suffix(engine, options),
+    "draft_model": lambda engine, options, files: _draft_model(engine, files.draft),
+    "eagle3": lambda engine, options, files: _eagle3(engine, files.eagle3),
+}
 
 
 def _rule_rows(engine: EngineConfig) -> list[Mapping]:
