@@ -72,34 +72,11 @@ class Tracker(Protocol):
         """Close the parent (and any child left open) with FINISHED, FAILED or KILLED; idempotent."""
 
 
-class NullTracker:
-    """A tracker that records nothing, so the runner's loop has no `if tracking:` branches."""
+class NullTracker(Tracker):
+    """A tracker that records nothing, so the runner's loop has no `if tracking:` branches.
 
-    def start(self, name: str, params: dict[str, Any], tags: dict[str, Any]) -> None:
-        """Do nothing."""
-
-    def log_side(
-        self,
-        side: str,
-        params: dict[str, Any],
-        tags: dict[str, Any],
-        summary_side: dict[str, Any],
-        per_task: list[dict[str, Any]],
-        per_position: dict[str, list[int]],
-    ) -> None:
-        """Do nothing."""
-
-    def log_comparison(self, metrics: dict[str, Any]) -> None:
-        """Do nothing."""
-
-    def log_artifacts(self, paths: list[Path]) -> None:
-        """Do nothing."""
-
-    def log_plots(self, summary: dict[str, Any]) -> None:
-        """Do nothing."""
-
-    def finish(self, status: str = "FINISHED") -> None:
-        """Do nothing."""
+    It subclasses the Protocol explicitly and so inherits its methods, each of which does nothing.
+    """
 
 
 def truncate(value: str, limit: int) -> str:
