@@ -8,7 +8,8 @@ build (cached by path, size and modification time under spectune's cache root) s
 the drafters whose exported `--spec-type` that binary has, and the llama-server backend refuses the rest
 with the reason.
 
-    python -m serving.llama_capabilities [--binary PATH] [--space full]
+    python -m serving.llama_capabilities [--binary PATH]     # the kinds and flags of one binary
+    python -m tuner.server_kinds [--binary PATH] [--space full]   # each drafter, offered or left out
 """
 
 from __future__ import annotations
@@ -202,48 +203,23 @@ def lacks_reason(kinds: Sequence[str], binary: str, available: Iterable[str]) ->
     return f"this llama-server ({binary}) has no --spec-type {names} (it offers: {offered(available)})"
 
 
-def _conf_space(name: str) -> Path:
-    return Path(__file__).resolve().parents[1] / "conf" / "space" / f"{name}.yaml"
-
-
-def report(caps: Capabilities, space: str = "full") -> list[str]:
-    """The lines `python -m serving.llama_capabilities` prints: the binary, its kinds, each drafter's mapping."""
-    # Imported here: the tuner's space reads export/ and engine/, which a probe alone does not need.
-    from omegaconf import OmegaConf
-
-    from tuner.space import drafter_knobs, load_space, spec_kinds
-
-    node = OmegaConf.to_container(OmegaConf.load(_conf_space(space)), resolve=True)
-    loaded = load_space(
-        node,
-        has_draft=True,
-        has_mtp=True,
-        has_eagle3=True,
-        backend="llama-server",
-        server_kinds=frozenset(caps.spec_types),
-        server_binary=caps.binary,
-    )
-    lines = [f"binary: {caps.binary}", f"--spec-type kinds: {', '.join(caps.spec_types)}", f"drafters (space {space}):"]
-    for name, block in node["drafters"].items():
-        kinds = " | ".join(spec_kinds(name, drafter_knobs(name, block))) or "-"
-        state = "offered" if name in loaded.drafters else f"left out: {loaded.left_out.get(name, '?')}"
-        lines.append(f"  {name} -> {kinds}: {state}")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Command line: print the binary, its --spec-type kinds and each drafter's kind, offered or left out."""
+    """Command line: print the binary and its --spec-type kinds (each drafter's state: python -m tuner.server_kinds)."""
     parser = argparse.ArgumentParser(prog="python -m serving.llama_capabilities", description=__doc__.splitlines()[0])
     parser.add_argument("--binary", default=None, help="a llama-server (default: the one spectune finds)")
-    parser.add_argument("--space", default="full", help="the conf/space file whose drafters to list (default full)")
+    parser.add_argument("--space", default="full", help="the space named in the pointer to tuner.server_kinds")
     args = parser.parse_args(argv)
     try:
         found = find_llama_server(args.binary)
         print(f"found: {found.describe()}")
-        print("\n".join(report(probe(found), args.space)))
+        caps = probe(found)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         print(f"error: {exc}")
         return 1
+    print(f"binary: {caps.binary}")
+    print(f"--spec-type kinds: {', '.join(caps.spec_types)}")
+    # Whether a drafter is offered is the tuner space's rule, a floor above this one.
+    print(f"each drafter of space {args.space}, offered or left out: python -m tuner.server_kinds --space {args.space}")
     return 0
 
 

@@ -21,7 +21,8 @@ from engine.engine import EngineConfig
 from export.llama_server import KNOWN_FLAGS, SPEC_TYPES
 from runners.backends.llama_server import ServerBackend, ServerSettings
 from serving.llama_binary import LlamaBinary
-from serving.llama_capabilities import cache_path, main, missing_kinds, parse_help, probe
+from serving.llama_capabilities import cache_path, missing_kinds, parse_help, probe
+from tuner.server_kinds import main
 from tuner.setup import server_capabilities
 from tuner.space import drafter_knobs, load_space, spec_kinds
 
