@@ -10,7 +10,6 @@ final diff is judged elsewhere, in a fresh sandbox) and retries.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from agents.prompts import (
     format_error_observation,
     instance_prompt,
 )
+from common.files import write_atomic
 from engine.stats import GenerationStats
 from tasks.sandbox.base import PatchTooLargeError, Sandbox
 from tasks.schema import Instance
@@ -88,14 +88,6 @@ class _Ended(Exception):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
         self.status, self.message = status, message
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON so a reader never sees a half-written file (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _context_limit(model: AgentModel, config: AgentConfig) -> int | None:
@@ -288,7 +280,7 @@ class _Task:
             "steps": self.records,
             "result": result.to_dict() if result is not None else None,
         }
-        write_json_atomic(self.trajectory_path, data)
+        write_atomic(self.trajectory_path, json.dumps(data, indent=1, ensure_ascii=False))
 
 
 def run_agent(

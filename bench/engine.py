@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -30,6 +29,8 @@ import torch
 from agents.recording import first_divergence
 from bench.costs import limit_rows, paths_costs, step_profile_rows, synchronize
 from bench.prompts import PROMPTS, QUICK_PROMPTS, Prompt
+from common.build_once import build_once
+from common.cache import cache_root
 from engine.eagle3 import Eagle3Module, load_eagle3, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
@@ -39,7 +40,6 @@ from engine.profile import StepProfile
 
 PROMPT_SETS = ("builtin", "swe-lite")  # generic texts | agent contexts from the swe-lite suite
 
-CACHE_ENV = "SPECTUNE_CACHE"
 MIN_REPEATS = 5
 
 # (layers, hidden, seed) of the tiny models built when no --model is given.
@@ -104,27 +104,8 @@ RATIO_DEFINITION = (
 
 
 def cache_dir() -> Path:
-    """Where tiny benchmark models are kept: $SPECTUNE_CACHE or ~/.cache/spectune/bench."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "spectune" / "bench"
-
-
-def _build_once(out: Path, build: Callable[[Path], object]) -> Path:
-    """Build a model folder at `out` unless it is there; build aside then rename, so a crash or a concurrent
-    run never leaves a half-written folder."""
-    if (out / "config.json").is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    build(tmp)
-    try:
-        tmp.rename(out)
-    except OSError:
-        if not (out / "config.json").is_file():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # another run won the race
-    return out
+    """Where tiny benchmark models are kept: the cache root's bench/ ($SPECTUNE_CACHE, else ~/.cache/spectune)."""
+    return cache_root("bench")
 
 
 def tiny_models(quick: bool, root: Path | None = None) -> tuple[Path, Path]:
@@ -133,11 +114,11 @@ def tiny_models(quick: bool, root: Path | None = None) -> tuple[Path, Path]:
 
     root = root or cache_dir()
     (tl, th, ts), (dl, dh, ds) = (QUICK_TARGET, QUICK_DRAFT) if quick else (TINY_TARGET, TINY_DRAFT)
-    target = _build_once(
+    target = build_once(
         root / f"tiny-llama-l{tl}-h{th}-s{ts}",
         lambda p: make_tiny_model(p, arch="llama", layers=tl, hidden=th, seed=ts),
     )
-    draft = _build_once(
+    draft = build_once(
         root / f"tiny-llama-l{dl}-h{dh}-s{ds}-tok-{target.name}",
         lambda p: make_tiny_model(p, arch="llama", layers=dl, hidden=dh, seed=ds, tokenizer_from=target),
     )

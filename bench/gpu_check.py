@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
+
 REPO = Path(__file__).resolve().parents[1]
 MODELS = "models/spectune-tiny"
 PARTS = ("engine", "batch", "memory", "tuner")
@@ -889,11 +891,8 @@ def _md_tuner(steps: list[dict[str, Any]]) -> list[str]:
 
 def write_report(out_dir: Path, report: dict[str, Any]) -> None:
     """Write the JSON report and its markdown (atomically: a run killed mid-write keeps the previous one)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in ((REPORT, json.dumps(report, indent=2, default=str)), (MARKDOWN, report["markdown"])):
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_dir / name)
+        write_atomic(out_dir / name, text)
 
 
 # -------------------------------------------------------------------------------------------------- CLI

@@ -29,6 +29,9 @@ from typing import Any
 
 import torch
 
+from common.cache import cache_root
+from common.files import write_atomic
+
 KERNEL_NAMES = ("torch", "onednn", "transposed")
 MAX_ROWS = 8  # verification sizes measured: gamma + 1 up to 8
 MARGIN = 0.9  # the other kernel must take at most this share of the static choice's time
@@ -249,8 +252,7 @@ def cache_file() -> Path:
     explicit = os.environ.get(PLANS_ENV, "").strip()
     if explicit and explicit.lower() != "off":
         return Path(explicit).expanduser()
-    root = os.environ.get("SPECTUNE_CACHE") or str(Path.home() / ".cache" / "spectune")
-    return Path(root).expanduser() / CACHE_FILE
+    return cache_root() / CACHE_FILE
 
 
 def _cpu_name() -> str:
@@ -273,9 +275,6 @@ def _read_cache(path: Path) -> dict[str, Any]:
 
 def _write_cache(path: Path, data: dict[str, Any]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     except OSError:
         pass  # a read-only cache only costs a measurement next time

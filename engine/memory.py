@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-GIB = 1 << 30
+from common.units import GIB
+
 # Architectures whose parameter count the formula in ModelShape.from_config reproduces exactly
 # (checked against instantiated transformers models in tests/engine/test_memory.py).
 FORMULA_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")

@@ -42,13 +42,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from engine.drafters import DRAFTERS, drafter_needs
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.ngram_cache import LLAMA_DRAFT, NgramCacheOptions
 from engine.drafters.ngram_map_k import NgramMapKOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from export.files import write_atomic
 from export.record import (
     APPROXIMATE,
     EXACT,

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from engine.engine import EngineConfig
 from export import llama_server, readme, spectune_yaml
-from export.files import write_atomic
 from export.fit import FOLDERS, SERVERS
 from export.record import ExportRecord, Mapping, off_record
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from export import llama_server, sglang, spectune_yaml, vllm
-from export.files import write_atomic
 from export.record import APPROXIMATE, EXACT, ExportRecord, Mapping, PerLevel, level_configuration, levels_in_order
 
 FILE = "README.md"

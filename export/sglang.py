@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.files import write_atomic
 from engine.acceptance import AcceptanceRule
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from export.files import dumps_strict, write_atomic
+from export.files import dumps_strict
 from export.record import (
     APPROXIMATE,
     EXACT,

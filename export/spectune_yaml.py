@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from export.files import write_atomic
+from common.files import write_atomic
 from export.record import ExportRecord
 
 FILE = "spectune.yaml"

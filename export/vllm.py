@@ -30,10 +30,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.suffix import SuffixOptions
 from engine.engine import EngineConfig
-from export.files import dumps_strict, write_atomic
+from export.files import dumps_strict
 from export.record import (
     APPROXIMATE,
     EXACT,

@@ -24,8 +24,6 @@ from runners.backends import backend_class
 from serving.gguf import TYPES as GGUF_TYPES
 from tasks.suites import SUBSETS
 
-GIB = 1 << 30
-
 
 @dataclass
 class HardwareConf:

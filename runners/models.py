@@ -7,14 +7,13 @@ Anything else is a local folder or a cached hub id, loaded by `engine.loading.lo
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
+from common.build_once import build_once
+from common.cache import cache_root
 from engine.eagle3 import Eagle3Module, load_eagle3
 from engine.loading import LoadedModel, load_model
 from engine.mtp import MtpModule, load_mtp
@@ -37,34 +36,11 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
-def cache_root() -> Path:
-    """Where built-on-demand models live: $SPECTUNE_CACHE, else ~/.cache/spectune."""
-    return Path(os.environ.get("SPECTUNE_CACHE", Path.home() / ".cache" / "spectune")).expanduser()
-
-
-def _build_once(folder: Path, build) -> Path:
-    """Build into a temp folder and rename, so a crash or a parallel run never leaves half a model."""
-    if (folder / "config.json").exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        build(tmp)
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process finished first: keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return folder
-
-
 def tiny_paths() -> tuple[Path, Path]:
     """(target, draft) folders of the tiny random pair, built if missing."""
-    root = cache_root() / "tiny"
-    target = _build_once(root / "target", lambda d: make_tiny_model(d, **TINY_TARGET))
-    draft = _build_once(root / "draft", lambda d: make_tiny_model(d, tokenizer_from=target, **TINY_DRAFT))
+    root = cache_root("tiny")
+    target = build_once(root / "target", lambda d: make_tiny_model(d, **TINY_TARGET))
+    draft = build_once(root / "draft", lambda d: make_tiny_model(d, tokenizer_from=target, **TINY_DRAFT))
     return target, draft
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.recording import Conversation
+from common.files import write_atomic
 from engine.stats import GenerationStats
-from export.files import dumps_strict, write_atomic
+from export.files import dumps_strict
 from runners.outcomes import SIDES, SideRun, TaskOutcome
 
 SUMMARY = "summary.json"

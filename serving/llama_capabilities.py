@@ -20,12 +20,13 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.llama_binary import LlamaBinary, cache_root, find_llama_server
+from common.cache import cache_root
+from common.files import write_atomic
+from serving.llama_binary import LlamaBinary, find_llama_server
 
 HELP_TIMEOUT_S = 60
 SPEC_TYPE = "--spec-type"
@@ -107,8 +108,7 @@ def cache_path(binary: LlamaBinary | str | Path) -> Path:
     path = _path(binary)
     info = path.stat()
     key = hashlib.sha256(f"{path}|{info.st_size}|{info.st_mtime_ns}".encode()).hexdigest()[:16]
-    # beside serving/gguf.py's gguf/ folder: spectune's cache root, not the llama.cpp builds below it
-    return cache_root().parent / "llama-capabilities" / f"{path.name}-{key}.json"
+    return cache_root("llama-capabilities") / f"{path.name}-{key}.json"
 
 
 def _load(file: Path, binary: str) -> Capabilities | None:
@@ -124,11 +124,8 @@ def _load(file: Path, binary: str) -> Capabilities | None:
 
 def _store(file: Path, caps: Capabilities) -> None:
     """Write the cache file whole or not at all (a concurrent reader never sees half of it)."""
-    file.parent.mkdir(parents=True, exist_ok=True)
     data = {"binary": caps.binary, "spec_types": list(caps.spec_types), "flags": sorted(caps.flags)}
-    with tempfile.NamedTemporaryFile("w", dir=file.parent, suffix=".part", delete=False) as out:
-        json.dump(data, out, indent=1)
-    Path(out.name).replace(file)
+    write_atomic(file, json.dumps(data, indent=1))
 
 
 def _run_help(path: Path) -> str:

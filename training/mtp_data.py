@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from common.files import atomic_path
 from engine.forward import tap_hooks
 from engine.heads import fingerprint, target_config, weights_probe
 from engine.llama import TRUNK, resolve_taps
@@ -138,8 +139,6 @@ def cache_split(
         labels.append(y)
         if (i + 1) % 50 == 0:
             log(f"  target states: {i + 1}/{len(sequences)} sequences")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"key": key, "hidden": hidden, "labels": labels}, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save({"key": key, "hidden": hidden, "labels": labels}, tmp)
     return Cached(sequences, hidden, labels)

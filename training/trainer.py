@@ -9,7 +9,6 @@ end; `train` resumes from it and continues exactly as an uninterrupted run would
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common.files import atomic_path
 from training.sequences import Sequence
 
 LossFn = Callable[[torch.nn.Module, list[int], torch.Tensor, torch.Tensor], torch.Tensor]
@@ -100,9 +100,8 @@ def cross_entropy_loss(
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # a crash mid-write leaves the previous checkpoint intact
+    with atomic_path(path) as tmp:  # a crash mid-write leaves the previous checkpoint intact
+        torch.save(state, tmp)
 
 
 def train(

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from runners.outcomes import SideRun, TaskOutcome
-from runners.outputs import dumps_strict, raw_row, side_run_from_row, write_atomic
+from runners.outputs import dumps_strict, raw_row, side_run_from_row
 from runners.summary import side_summary
 
 BASELINE_FILE = "baseline.json"

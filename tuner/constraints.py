@@ -13,6 +13,7 @@ from typing import Any
 
 import optuna
 
+from common.units import GIB
 from engine.drafters import drafter_needs, drafter_state_bytes_per_token
 from engine.engine import Engine, EngineConfig
 from engine.kv import capacity_bound
@@ -25,7 +26,6 @@ from engine.memory import (
     mtp_weight_bytes,
 )
 
-GIB = 1 << 30
 # Constraint name -> what a positive value means (for the report).
 CONSTRAINTS = {
     "vram_gib": "needs more memory than the ceiling (GiB over)",

@@ -31,9 +31,10 @@ from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 
+from common.files import write_atomic
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
-from export.files import dumps_strict, write_atomic
+from export.files import dumps_strict
 from export.fit import server_names
 from export.per_server import folder_name, write_index, write_target
 from export.record import ExportRecord

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.files import write_atomic
 from engine.engine import EngineConfig
 from export import vllm
-from export.files import dumps_strict, write_atomic
+from export.files import dumps_strict
 from export.readme import levels_lines, mapping_lines
 from export.record import ExportRecord, PerLevel
 from tuner.setup import TuneSetup

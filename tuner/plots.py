@@ -13,11 +13,10 @@ import optuna
 from matplotlib.figure import Figure
 from optuna.trial import FrozenTrial, TrialState
 
+from common.units import GIB
 from runners.plots import _empty, _figure
 from tuner import constraints
 from tuner.study import role
-
-GIB = 1 << 30
 
 
 def _complete(trials: list[FrozenTrial]) -> list[FrozenTrial]:

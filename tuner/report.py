@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from common.units import GIB
 from tuner import constraints
 from tuner.study import reason, role
 
-GIB = 1 << 30
 COLUMNS = ("#", "drafter", "knobs", "s/success", "speedup", "95% interval", "accept", "mem GiB", "how", "state")
 
 

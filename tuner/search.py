@@ -22,7 +22,8 @@ import optuna
 from omegaconf import DictConfig
 from rich.console import Console
 
-from export.files import dumps_strict, write_atomic
+from common.files import write_atomic
+from export.files import dumps_strict
 from runners.cli import CONF_DIR, run_command
 from runners.interrupt import GracefulStop, Interrupted
 from runners.report import table_console

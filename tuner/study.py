@@ -24,7 +24,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from export.files import write_atomic
+from common.files import write_atomic
 from tasks.sandbox.owner import is_alive
 from tuner import constraints
 from tuner.storage import RetryCallback

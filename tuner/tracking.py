@@ -24,6 +24,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from common.units import GIB
 from runners.tracking import _BAD_KEY_CHARS, MlflowTracker, _number, _tags, default_uri, flatten_params
 from tuner import constraints
 
@@ -83,7 +84,6 @@ ROUNDED = frozenset(
 # User attributes logged as tags (text, or ids that are not quantities).
 TRIAL_TAG_ATTRS = ("measure", "host", "reason", "duplicate_of")
 FIT_PREFIX = "fit."  # tag per server: how the trial's configuration maps to it (exact | approximate | none)
-GIB = 1024**3
 
 # The trials view: the key figures first, then the configuration, then how it ended and where it maps.
 VIEW_METRICS = (

@@ -120,7 +120,8 @@ def grid_best(grid: dict[str, Any]) -> dict[str, Any] | None:
 
 def save_grid(grid: dict[str, Any], path: Path) -> Path:
     """Write the grid file atomically."""
-    from export.files import dumps_strict, write_atomic
+    from common.files import write_atomic
+    from export.files import dumps_strict
 
     write_atomic(path, dumps_strict(grid))
     return path

@@ -58,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.units import GIB
 from tasks.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT_S,
@@ -68,7 +69,7 @@ from tasks.sandbox.base import (
     SandboxError,
 )
 from tasks.sandbox.image import DEFAULT_TAG
-from tasks.sandbox.limits import GIB, MIB, Limits, OutputCapture, setpriv_args
+from tasks.sandbox.limits import MIB, Limits, OutputCapture, setpriv_args
 from tasks.sandbox.local import (  # git settings, environments and output normalisation: the same bytes as local
     BASELINE_ATTRIBUTES,
     DIFF_FLAGS,

@@ -27,11 +27,13 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from common.cache import cache_root
+
 DEFAULT_TAG = "spectune-sandbox:latest"
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
-CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spectune" / "rootfs"
+CACHE_DIR = cache_root("rootfs")
 REGISTRY = ("registry-1.docker.io", 443)
 
 # Tools the sandbox itself needs (git for the baseline and diff(), procps for ps/pgrep/pkill) and

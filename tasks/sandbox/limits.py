@@ -13,9 +13,9 @@ import math
 import os
 from dataclasses import dataclass
 
+from common.units import GIB
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT
 
-GIB = 1024**3
 MIB = 1024**2
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from common.cache import cache_root
 from tasks.sandbox.base import SandboxError
 
 TASK_PACKAGES = ("pytest",)  # what every task needs; their requirements come along
@@ -79,8 +80,9 @@ def _key(dists: list[metadata.Distribution]) -> str:
 
 
 def task_python_root() -> Path:
-    """Where task environments are built: $SPECTUNE_TASK_PYTHON_DIR, else ~/.cache/spectune/task-python."""
-    return Path(os.environ.get(ENV_VAR) or Path.home() / ".cache" / "spectune" / "task-python").expanduser()
+    """Where task environments are built: $SPECTUNE_TASK_PYTHON_DIR, else the cache root's task-python/."""
+    explicit = os.environ.get(ENV_VAR, "").strip()
+    return Path(explicit).expanduser() if explicit else cache_root("task-python")
 
 
 def task_python() -> TaskPython:

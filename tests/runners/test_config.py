@@ -6,7 +6,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from runners.config import GIB, baseline_config, check_config, engine_config, register_configs
+from common.units import GIB
+from runners.config import baseline_config, check_config, engine_config, register_configs
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 HARDWARE = ("cpu", "rtx4060", "rtx3090", "rtx4090", "a100-80g", "h100-80g", "h200")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from common.units import GIB
 from engine.engine import EngineConfig
 from engine.memory import (
     layer_skip_state_bytes_per_token,
@@ -16,7 +17,6 @@ from tuner.constraints import MemoryFacts, memory_figures
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny"
 CONTEXT = 4096
-GIB = 1 << 30
 
 
 @pytest.fixture(scope="module")
