@@ -1,7 +1,7 @@
 """What the agent loop talks to: a model that continues a conversation held as token ids.
 
 Two kinds implement it: `EngineModel` (agents/engine_model.py), backed by one engine session per
-task so every turn reuses the KV of the history, and scripted stand-ins (agents/expert.py, test
+task so every turn reuses the KV of the history, and scripted stand-ins (agents/expert/, test
 fakes) that write text and encode it with the same tokenizer. The agent never re-tokenizes what a
 model returned: `tokens` go into the conversation exactly as given.
 """

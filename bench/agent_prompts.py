@@ -2,7 +2,7 @@
 
 The built-in prompts are generic text; a suite-fitted model such as spectune-tiny has never seen
 anything like them, so its acceptance there says little. These prompts are taken from the agent
-itself: the scripted expert (agents/expert.py) runs a few swe-lite instances through the real agent
+itself: the scripted expert (agents/expert/) runs a few swe-lite instances through the real agent
 loop and local sandbox, and the bench prompt is the exact id sequence the agent fed the model before
 the expert's longest reply (the edit, which re-quotes code the conversation already holds).
 """
@@ -40,7 +40,7 @@ class _RecordingExpert(ExpertModel):
 
 def agent_prompts(tokenizer: Any, split: str = "test", count: int = 4) -> list[AgentPrompt]:
     """`count` swe-lite instances spread over `split`: the prompt before each one's longest expert reply."""
-    from agents.expert_cli import run_expert
+    from agents.expert.runner import run_expert
     from tasks.environment import materializer
     from tasks.sandbox import make_sandbox
     from tasks.suites import load_suite

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.expert_cli import TOKENIZER_VOCAB, run_expert
+from agents.expert.runner import TOKENIZER_VOCAB, run_expert
 from agents.loop import AgentConfig
 from tasks.environment import materializer
 from tasks.sandbox import make_sandbox

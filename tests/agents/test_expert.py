@@ -14,7 +14,7 @@ import pytest
 
 from agents.actions import Command, Edit, Submit, parse_action
 from agents.expert import ExpertModel, change_fragments, edit_blocks, end_of_turn_ids, parse_patch
-from agents.expert_cli import ExpertOutcome, run_expert
+from agents.expert.runner import ExpertOutcome, run_expert
 from agents.loop import AgentConfig
 from engine.tiny import train_tokenizer
 from tasks.sandbox.local import LocalSandbox
