@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,9 @@ from runners.outputs import RAW, dumps_strict, write_atomic, write_raw
 from runners.provenance import provenance
 from runners.report import table_console
 from runners.run import outcomes_in_order, prepare
-from runners.runfolder import plan, record_until_stopped
+from runners.runfolder import announce_resume, plan, record_until_stopped
 from runners.summary import side_summary
-from runners.tracking import make_tracker
+from runners.tracking import finish_or_report, make_tracker
 from tasks.schema import Instance
 from tasks.suites import swe_lite_root, verify_swe_lite
 
@@ -55,11 +54,8 @@ NOT_GENERATION = (
 )
 EVAL_FILE = "eval.json"
 PREDICTIONS_FILE = "predictions.jsonl"
-# Command-line defaults that differ from `runners.run`: plain decoding, and a run name that says "eval".
-DEFAULT_OVERRIDES = (
-    "engine=none",
-    "run.name=eval-${task.name}-${task.split}-${model.name}-${now:%Y%m%d-%H%M%S}",
-)
+# The primary config: the runner's conf/config.yaml with plain decoding and a run name that says "eval".
+CONFIG_NAME = "eval_model"
 
 
 def _rate(successes: int, tasks: int) -> dict[str, Any]:
@@ -166,8 +162,7 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
             f"{len(instances)} task(s) x {cfg.run.repeats} repeat(s), plain decoding (temperature={plain.temperature}) "
             f"of {cfg.model.name} -> {out_dir}"
         )
-        if finished:
-            console.print(f"resuming: {len(finished)} of {total} task run(s) already finished, running the rest")
+        announce_resume(console, len(finished), total)
         outcomes = list(finished)
         record_until_stopped(comparison, stop, out_dir, outcomes, cfg.run.progress, console)
         assert all(o.baseline is not None for o in outcomes)  # measured here, never supplied
@@ -191,7 +186,8 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
             tables = table_console()
             for table in eval_tables(result, title):
                 tables.print(table)
-            _track(tracker, result, runs, paths, "KILLED" if partial else "FINISHED", console)
+            status = "KILLED" if partial else "FINISHED"
+            finish_or_report(tracker, status, console, lambda: _track(tracker, result, runs, paths))
             console.print(f"results: {paths[0]}")
     return result
 
@@ -244,44 +240,25 @@ def _result(cfg, instances, models, runs, plain, partial: bool, interrupted: str
     }
 
 
-def _track(tracker, result: dict[str, Any], runs: list[SideRun], paths: list[Path], status: str, console) -> None:
-    """Log the evaluation as the parent's plain-decoding side; a tracking failure never loses the written files."""
-    try:
-        rows = [
-            {"instance_id": r.instance_id, "step": step, "time_s": r.time_s, "success": r.success, "repeat": r.repeat}
-            for step, r in enumerate(runs)
-        ]
-        keys = ("success_rate", "successes", "tasks", "mean_steps", "statuses", "by_family", "by_difficulty")
-        side = {**{k: result[k] for k in keys}, **result["generation"]}
-        tracker.log_side("baseline", {"side": "baseline", "drafter": "none"}, {"side": "baseline"}, side, rows, {})
-        tracker.log_artifacts(paths)
-        tracker.finish(status)
-    except Exception as exc:
-        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in the run folder)")
-        try:
-            tracker.finish("FAILED")
-        except Exception:
-            pass
-
-
-def with_defaults(argv: list[str]) -> list[str]:
-    """The command line with eval_model's defaults put first, each unless the user set that key."""
-    given = {arg.split("=", 1)[0].lstrip("+~") for arg in argv if "=" in arg}
-    return [d for d in DEFAULT_OVERRIDES if d.split("=", 1)[0] not in given] + argv
+def _track(tracker, result: dict[str, Any], runs: list[SideRun], paths: list[Path]) -> None:
+    """Log the evaluation as the parent's plain-decoding side (runners.tracking.finish_or_report finishes it)."""
+    rows = [
+        {"instance_id": r.instance_id, "step": step, "time_s": r.time_s, "success": r.success, "repeat": r.repeat}
+        for step, r in enumerate(runs)
+    ]
+    keys = ("success_rate", "successes", "tasks", "mean_steps", "statuses", "by_family", "by_difficulty")
+    side = {**{k: result[k] for k in keys}, **result["generation"]}
+    tracker.log_side("baseline", {"side": "baseline", "drafter": "none"}, {"side": "baseline"}, side, rows, {})
+    tracker.log_artifacts(paths)
 
 
 register_configs()
 
 
-@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
-def _hydra_main(cfg: DictConfig) -> None:
+@hydra.main(config_path=CONF_DIR, config_name=CONFIG_NAME, version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Entry point: Hydra composes conf/eval_model.yaml; bad config or input exits 2 with one line."""
     run_command(evaluate_model, cfg)
-
-
-def main() -> None:
-    """Entry point: Hydra composes conf/ with eval_model's defaults; bad config or input exits 2 with one line."""
-    sys.argv[1:] = with_defaults(sys.argv[1:])
-    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -36,9 +36,9 @@ from runners.outputs import write_outputs
 from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import summary_table, table_console
-from runners.runfolder import plan, record_until_stopped
+from runners.runfolder import announce_resume, plan, record_until_stopped
 from runners.summary import summarize
-from runners.tracking import make_tracker
+from runners.tracking import finish_or_report, make_tracker
 from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.schema import Instance
@@ -160,8 +160,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             line = backend_class(described["backend"]).announce(described)
             if line:
                 console.print(f"{side} {line}")
-        if outcomes:
-            console.print(f"resuming: {len(outcomes)} of {total} task run(s) already finished, running the rest")
+        announce_resume(console, len(outcomes), total)
         record_until_stopped(comparison, stop, out_dir, outcomes, cfg.run.progress, console)
         partial = len(outcomes) < total
         status = "KILLED" if partial else "FINISHED"
@@ -194,7 +193,8 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             device_name = summary["provenance"]["device"]
             title = f"{task.name}/{task.split}: {len(instances)} task(s) x {cfg.run.repeats} repeat(s) on {device_name}"
             table_console().print(summary_table(summary, title))
-            _log(tracker, summary, outcomes_in_order(outcomes), paths, tags, status, console)
+            ordered = outcomes_in_order(outcomes)
+            finish_or_report(tracker, status, console, lambda: _log(tracker, summary, ordered, paths, tags))
             console.print(f"results: {out_dir / 'summary.json'}")
     return summary
 
@@ -204,47 +204,39 @@ def outcomes_in_order(outcomes: list[TaskOutcome]) -> list[TaskOutcome]:
     return sorted(outcomes, key=lambda o: (o.repeat, o.index))
 
 
-def _log(tracker, summary, outcomes, paths, tags, status, console) -> None:
-    """Send everything to the tracker; a tracking failure is reported, never loses the written results."""
-    try:
-        for side in SIDES:
-            rows = [
-                {
-                    "instance_id": o.instance_id,
-                    "step": step,
-                    "time_s": run.time_s,
-                    "success": run.success,
-                    "repeat": o.repeat,
-                }
-                for step, o in enumerate(outcomes)
-                if (run := getattr(o, side)) is not None
-            ]
-            side_params = {
-                "side": side,
-                "drafter": "none" if side == "baseline" else summary["config"]["engine"]["drafter"],
-            }
-            tracker.log_side(
-                side, side_params, {**tags, "side": side}, summary[side], rows, summary[side]["per_position"] or {}
-            )
-        tracker.log_comparison(
+def _log(tracker, summary, outcomes, paths, tags) -> None:
+    """Send everything to the tracker (runners.tracking.finish_or_report finishes it, or reports a failure)."""
+    for side in SIDES:
+        rows = [
             {
-                "regressions": len(summary["regressions"]),
-                "improvements": len(summary["improvements"]),
-                "diverged_tasks": len(summary["diverged_tasks"]),
-                "speedup": summary["speedup"],
-                "cost_verify_over_step": summary["cost_ratios"]["verify_over_step"],
-                "cost_draft_over_verify": summary["cost_ratios"]["draft_over_verify"],
+                "instance_id": o.instance_id,
+                "step": step,
+                "time_s": run.time_s,
+                "success": run.success,
+                "repeat": o.repeat,
             }
+            for step, o in enumerate(outcomes)
+            if (run := getattr(o, side)) is not None
+        ]
+        side_params = {
+            "side": side,
+            "drafter": "none" if side == "baseline" else summary["config"]["engine"]["drafter"],
+        }
+        tracker.log_side(
+            side, side_params, {**tags, "side": side}, summary[side], rows, summary[side]["per_position"] or {}
         )
-        tracker.log_artifacts(paths)
-        tracker.log_plots(summary)
-        tracker.finish(status)
-    except Exception as exc:
-        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in the run folder)")
-        try:
-            tracker.finish("FAILED")
-        except Exception:
-            pass
+    tracker.log_comparison(
+        {
+            "regressions": len(summary["regressions"]),
+            "improvements": len(summary["improvements"]),
+            "diverged_tasks": len(summary["diverged_tasks"]),
+            "speedup": summary["speedup"],
+            "cost_verify_over_step": summary["cost_ratios"]["verify_over_step"],
+            "cost_draft_over_verify": summary["cost_ratios"]["draft_over_verify"],
+        }
+    )
+    tracker.log_artifacts(paths)
+    tracker.log_plots(summary)
 
 
 register_configs()

@@ -211,6 +211,12 @@ def save_config(out_dir: Path, cfg: DictConfig) -> None:
         write_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(overrides)))
 
 
+def announce_resume(console: Any, finished: int, total: int) -> None:
+    """Say that a resumed run keeps `finished` of its `total` task runs (runners.run, runners.eval_model)."""
+    if finished:
+        console.print(f"resuming: {finished} of {total} task run(s) already finished, running the rest")
+
+
 def record_until_stopped(
     comparison: Any, stop: GracefulStop, out_dir: Path, outcomes: list[TaskOutcome], progress: bool, console: Any
 ) -> None:

@@ -13,13 +13,14 @@ import math
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+    from rich.console import Console
 
 SIDES = ("baseline", "candidate")  # speculation OFF, speculation ON
 STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -390,3 +391,22 @@ def make_tracker(enabled: bool, uri: str | None, experiment: str, run_dir: Path)
     if not enabled:
         return NullTracker()
     return MlflowTracker(uri=uri or default_uri(run_dir), experiment=experiment, run_dir=run_dir)
+
+
+def finish_or_report(
+    tracker: Tracker, status: str, console: Console, log: Callable[[], None], where: str = "the run folder"
+) -> None:
+    """Run `log` (the command's calls to `tracker`), then finish the tracker with `status`.
+
+    A tracking failure is one line on `console` and the tracker is finished as FAILED if it still can be;
+    it never raises, since the command has already written its results (to `where`).
+    """
+    try:
+        log()
+        tracker.finish(status)
+    except Exception as exc:
+        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in {where})")
+        try:
+            tracker.finish("FAILED")
+        except Exception:
+            pass

@@ -43,6 +43,7 @@ from runners.compare import Comparison
 from runners.interrupt import GracefulStop, until_stopped
 from runners.provenance import provenance
 from runners.report import table_console
+from runners.tracking import finish_or_report
 from tasks.sandbox.owner import is_alive, owner_token
 from tuner import study as studies
 from tuner.baseline import load_baseline
@@ -296,7 +297,8 @@ def finish(
         "timings": {"finish_s": time.monotonic() - started},
     }
     write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
-    _log(tracker, summary, plots, setup.study_dir, console)
+    where = setup.study_dir
+    finish_or_report(tracker, "FINISHED", console, lambda: _log(tracker, summary, plots, where), str(where))
     print_result(summary, setup, console, tracker)
     return summary
 
@@ -340,30 +342,26 @@ def _write_best(
     return [best_dir / p.relative_to(fresh) for p in paths]
 
 
-def _log(tracker: Any, summary: dict[str, Any], plots: list[Path], study_dir: Path, console: Console) -> None:
-    """Study figures, plots and files on the MLflow parent; a tracking failure never loses the results."""
-    try:
-        best = summary.get("best") or {}
-        d = summary.get("drift") or {}
-        metrics: dict[str, Any] = {
-            "best_seconds_per_success": best.get("value"),
-            "best_trial": best.get("number"),
-            "off_drift_pct": d.get("pct"),
-        }
-        tags: dict[str, Any] = {"best_drafter": (best.get("params") or {}).get("drafter", "")}
-        for target, w in summary["winners"].items():
-            name = folder_name(target).replace("-", "_")
-            c = (w.get("confirmed") or {}).get("speedup_interval") or {}
-            metrics[f"{name}_confirmed_speedup"] = c.get("pooled")
-            metrics[f"{name}_confirmed_low"] = c.get("low")
-            metrics[f"{name}_on"] = 1.0 if w["on"] else 0.0
-            tags[f"{name}_export"] = "ON" if w["on"] else "OFF"
-        tracker.log_study(metrics, tags)
-        files = [study_dir / n for n in (SUMMARY_FILE, studies.TRIALS_FILE, "baseline.json")]
-        tracker.log_artifacts([p for p in files if p.is_file()] + plots + [study_dir / BEST_DIR])
-        tracker.finish("FINISHED")
-    except Exception as exc:
-        console.print(f"[red]MLflow logging failed:[/] {type(exc).__name__}: {exc} (results are in {study_dir})")
+def _log(tracker: Any, summary: dict[str, Any], plots: list[Path], study_dir: Path) -> None:
+    """Study figures, plots and files on the MLflow parent (finish_or_report finishes it or reports a failure)."""
+    best = summary.get("best") or {}
+    d = summary.get("drift") or {}
+    metrics: dict[str, Any] = {
+        "best_seconds_per_success": best.get("value"),
+        "best_trial": best.get("number"),
+        "off_drift_pct": d.get("pct"),
+    }
+    tags: dict[str, Any] = {"best_drafter": (best.get("params") or {}).get("drafter", "")}
+    for target, w in summary["winners"].items():
+        name = folder_name(target).replace("-", "_")
+        c = (w.get("confirmed") or {}).get("speedup_interval") or {}
+        metrics[f"{name}_confirmed_speedup"] = c.get("pooled")
+        metrics[f"{name}_confirmed_low"] = c.get("low")
+        metrics[f"{name}_on"] = 1.0 if w["on"] else 0.0
+        tags[f"{name}_export"] = "ON" if w["on"] else "OFF"
+    tracker.log_study(metrics, tags)
+    files = [study_dir / n for n in (SUMMARY_FILE, studies.TRIALS_FILE, "baseline.json")]
+    tracker.log_artifacts([p for p in files if p.is_file()] + plots + [study_dir / BEST_DIR])
 
 
 def _x(v: Any) -> str:

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from agents.loop import STATUSES
 from engine.tiny import make_tiny_model
 from runners.config import register_configs
-from runners.eval_model import DEFAULT_OVERRIDES, breakdown, evaluate_model, with_defaults
+from runners.eval_model import CONFIG_NAME, breakdown, evaluate_model
 from runners.outcomes import SideRun
 from tasks.schema import Instance
 from tasks.suites import verify_swe_lite
@@ -113,9 +114,16 @@ def test_breakdown_counts_by_status_family_and_difficulty():
 
 
 def test_command_line_defaults_yield_to_the_users_keys():
-    assert with_defaults(["task.split=test"]) == [*DEFAULT_OVERRIDES, "task.split=test"]
-    got = with_defaults(["engine=suffix", "run.name=mine", "engine.temperature=0.7"])
-    assert got == ["engine=suffix", "run.name=mine", "engine.temperature=0.7"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        plain = compose(CONFIG_NAME, overrides=["task.split=test"])
+        mine = compose(CONFIG_NAME, overrides=["engine=suffix", "run.name=mine", "engine.temperature=0.7"])
+        runner = compose("config", overrides=["engine=none", "task.split=test"])
+    assert plain.engine.drafter == "none" and plain.run.name.startswith("eval-swe-lite-test-spectune-tiny-")
+    assert (mine.engine.drafter, mine.run.name, mine.engine.temperature) == ("suffix", "mine", 0.7)
+    # Everything but the run name is the runner's own config with plain decoding.
+    plain_data, runner_data = OmegaConf.to_container(plain), OmegaConf.to_container(runner)
+    del plain_data["run"]["name"], runner_data["run"]["name"]
+    assert plain_data == runner_data
 
 
 def test_cli_bad_split_exits_2_before_loading_a_model(tmp_path):

@@ -15,8 +15,10 @@ from matplotlib.figure import Figure
 from runners import plots
 from runners.tracking import (
     MlflowTracker,
+    NullTracker,
     TrackingConfigError,
     default_uri,
+    finish_or_report,
     flatten_params,
     make_tracker,
     split_values,
@@ -313,3 +315,46 @@ def test_task_times_groups_by_outcome():
     # Success over repeats, OFF vs ON: proj__a-1 2/2 vs 2/2, proj__b-2 1/2 vs 2/2, proj__c-3 2/2 vs 1/2.
     assert labels[1:] == ["solved by both (1)", "better with ON (1)", "worse with ON (1)"], labels
     assert "ON faster on 3 of 3 tasks" in fig.axes[0].get_title()
+
+
+class _Recorder(NullTracker):
+    """A tracker that records how it was finished and can be told to fail."""
+
+    def __init__(self, fail_finish: bool = False) -> None:
+        self.finished: list[str] = []
+        self.fail_finish = fail_finish
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.finished.append(status)
+        if self.fail_finish:
+            raise OSError("tracking server gone")
+
+
+class _Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def print(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_a_tracking_failure_is_one_line_and_the_run_ends_failed():
+    tracker, console = _Recorder(), _Lines()
+    finish_or_report(tracker, "KILLED", console, lambda: None)
+    assert tracker.finished == ["KILLED"] and console.lines == []
+
+    def broken() -> None:
+        raise ValueError("bad metric")
+
+    tracker = _Recorder()
+    finish_or_report(tracker, "FINISHED", console, broken, where="runs/s")
+    assert tracker.finished == ["FAILED"]
+    assert console.lines == ["[red]MLflow logging failed:[/] ValueError: bad metric (results are in runs/s)"]
+
+    console.lines.clear()
+    tracker = _Recorder(fail_finish=True)  # neither finish works: still never raises
+    finish_or_report(tracker, "FINISHED", console, lambda: None)
+    assert tracker.finished == ["FINISHED", "FAILED"]
+    assert console.lines == [
+        "[red]MLflow logging failed:[/] OSError: tracking server gone (results are in the run folder)"
+    ]
