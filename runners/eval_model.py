@@ -29,7 +29,7 @@ from agents.loop import STATUSES as AGENT_STATUSES
 from runners.cli import CONF_DIR, run_command
 from runners.concurrency import concurrency_summary
 from runners.config import baseline_config, check_config, register_configs
-from runners.interrupt import GracefulStop, Interrupted
+from runners.interrupt import GracefulStop
 from runners.outcomes import SideRun
 from runners.outputs import RAW, dumps_strict, write_atomic, write_raw
 from runners.provenance import provenance
@@ -144,14 +144,10 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
             "(compare speculation with `python -m runners.run`)"
         )
     with GracefulStop(console) as stop:
-        try:
+        with stop.loading():
             instances, models, out_dir, comparison = prepare(cfg, None, draft=None, plain=plain)
             config_dict = OmegaConf.to_container(cfg, resolve=True)
             tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
-        except KeyboardInterrupt:
-            raise Interrupted(stop, "while loading") from None
-        if stop.requested:
-            raise Interrupted(stop, "while loading")
         finished = folder.finished(instances, ("baseline",))
         comparison.skip = {(o.instance_id, o.repeat) for o in finished}
         folder.claim(cfg, finished)  # from here on the run folder is this run's

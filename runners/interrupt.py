@@ -60,6 +60,17 @@ class GracefulStop:
         self._previous.clear()
 
     @contextmanager
+    def loading(self) -> Iterator[None]:
+        """The loading before any task runs: a signal during it (a second one, or a first one noted) raises
+        Interrupted, since nothing has been written yet."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise Interrupted(self, "while loading") from None
+        if self.requested:
+            raise Interrupted(self, "while loading")
+
+    @contextmanager
     def hold(self) -> Iterator[None]:
         """Signals only noted inside (writing the results), unless two more arrive."""
         self.holding, self._held = True, 0

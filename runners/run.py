@@ -29,7 +29,7 @@ from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.concurrency import concurrency_summary
 from runners.config import check_config, register_configs
-from runners.interrupt import GracefulStop, Interrupted
+from runners.interrupt import GracefulStop
 from runners.models import Models, load_models
 from runners.outcomes import SIDES, TaskOutcome
 from runners.outputs import write_outputs
@@ -117,7 +117,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     task = cfg.task
     folder = plan(Path(cfg.run.root) / cfg.run.name, cfg)  # reads only: refuse before loading anything
     with GracefulStop(console) as stop:
-        try:
+        with stop.loading():
             instances, models, out_dir, comparison = prepare(
                 cfg,
                 candidate,
@@ -127,10 +127,6 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             )
             config_dict = OmegaConf.to_container(cfg, resolve=True)
             tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
-        except KeyboardInterrupt:
-            raise Interrupted(stop, "while loading") from None
-        if stop.requested:
-            raise Interrupted(stop, "while loading")
         sides = SIDES if comparison.candidate_engine is not None else ("baseline",)
         outcomes: list[TaskOutcome] = folder.finished(instances, sides)
         comparison.skip = {(o.instance_id, o.repeat) for o in outcomes}

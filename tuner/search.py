@@ -25,7 +25,7 @@ from rich.console import Console
 from common.files import write_atomic
 from export.files import dumps_strict
 from runners.cli import CONF_DIR, run_command
-from runners.interrupt import GracefulStop, Interrupted
+from runners.interrupt import GracefulStop
 from runners.report import table_console
 from tuner import study as studies
 from tuner.config import register_tune_configs
@@ -48,12 +48,8 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     started = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say what happens; keep Optuna's warnings
     with GracefulStop(console) as stop:
-        try:
+        with stop.loading():
             setup = prepare(cfg)
-        except KeyboardInterrupt:
-            raise Interrupted(stop, "while loading") from None
-        if stop.requested:
-            raise Interrupted(stop, "while loading")
         levels = setup.tuner.levels
         summaries: dict[int, dict[str, Any]] = {}
         for level in levels:
