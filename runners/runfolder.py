@@ -191,7 +191,8 @@ def remove_run(out_dir: Path) -> None:
     """Delete the files and folders a run writes in `out_dir` (and only those)."""
     for name in (*RUN_FILES, *PLOTS):
         (out_dir / name).unlink(missing_ok=True)
-        (out_dir / (name + ".tmp")).unlink(missing_ok=True)
+        for tmp in out_dir.glob(f".{name}.*.tmp"):  # common.files' temp name, left by a killed write
+            tmp.unlink()
     for pattern in RUN_GLOBS:
         for path in out_dir.glob(pattern):
             path.unlink()
