@@ -93,4 +93,3 @@ def test_a_failed_build_leaves_nothing_and_a_lost_race_keeps_the_winner(tmp_path
     out = build_once(tmp_path / "m", race)
     assert (out / "weights.bin").read_bytes() == b"theirs"
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
-
