@@ -18,6 +18,11 @@ path is chosen once per loaded model (weights packed once, never per step):
                   model's shapes (cached per machine): mixed where another kernel pays for some sizes;
                   transformers for any other architecture (with a one-line note)
 
+Each path states what it needs (PATH_NEEDS: the devices it runs on, the kernel its calls use; a kernel's
+own needs, e.g. oneDNN bf16's instruction sets, are engine/kernels.py's). `auto` and the plan only pick
+what this machine runs (engine/host.py probes it once); a forced path it cannot run is one ValueError line
+naming what is missing and the paths that run here.
+
 A forward also reports each call to its `observers` (first position, fed tokens), which is how the
 benchmarks count target forwards whatever the path.
 """
@@ -34,7 +39,9 @@ import torch
 from transformers import DynamicCache
 
 from engine import llama
-from engine.forward_plan import LinearPlan, measuring_enabled, plan_for
+from engine.forward_plan import measuring_enabled, plan_for
+from engine.host import Host
+from engine.kernels import ONEDNN_DTYPES, LinearPlan, kernel_refusal
 from engine.kv import new_cache, position_limit
 
 log = logging.getLogger("spectune.forward")
@@ -66,6 +73,24 @@ class PathChoice:
         return f"{self.path} {self.dtype} ({self.reason})"
 
 
+@dataclass(frozen=True)
+class PathNeeds:
+    """What a numeric path needs: the device types it runs on (None: any) and the kernel its linears use."""
+
+    devices: tuple[str, ...] | None
+    kernel: str | None  # engine/kernels.py's name; None: transformers' own forward
+    why: str = ""  # why those devices only
+
+
+PATH_NEEDS = {
+    "transformers": PathNeeds(None, None),
+    "torch": PathNeeds(None, "torch"),
+    "onednn": PathNeeds(("cpu",), "onednn", "oneDNN-packed linears"),
+    "mixed": PathNeeds(("cpu",), "torch", "it measures its plan on the CPU"),  # plus what its plan picks
+    "graphs": PathNeeds(("cuda",), "torch", "CUDA graphs"),
+}
+
+
 def check_path(path: str) -> str:
     """`path` if it is a known forward path, else ValueError naming the allowed ones."""
     if path not in PATHS:
@@ -73,36 +98,48 @@ def check_path(path: str) -> str:
     return path
 
 
+def path_refusal(path: str, device: str, dtype: torch.dtype, host: Host | None = None) -> str | None:
+    """None when `path` runs weights of `dtype` on `device` here (architecture aside), else why not, in one line."""
+    needs = PATH_NEEDS[check_path(path)] if path != "auto" else PathNeeds(None, None)
+    if needs.devices is not None and device not in needs.devices:
+        wanted = " or ".join(d.upper() for d in needs.devices)
+        return f"needs a {wanted} device ({needs.why}); the model is on {device}"
+    return kernel_refusal(needs.kernel, device, dtype, host) if needs.kernel is not None else None
+
+
+def runnable_paths(device: str, dtype: torch.dtype, covered: bool = True, host: Host | None = None) -> list[str]:
+    """The paths a model of `dtype` on `device` can be forced onto here (auto first; only transformers if uncovered)."""
+    paths = [p for p in PATH_NEEDS if covered or p == "transformers"]
+    return ["auto", *(p for p in paths if path_refusal(p, device, dtype, host) is None)]
+
+
 def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
-    """Resolve `path` for `model` (auto: the fastest path that computes the model's own maths)."""
+    """Resolve `path` for `model` (auto: the fastest path that computes the model's own maths and runs here)."""
     check_path(path)
     weight = next(model.parameters())
     dtype = str(weight.dtype).removeprefix("torch.")
+    device = weight.device.type
     uncovered = llama.covers(model)
     if path == "transformers":
         return PathChoice("transformers", dtype, "forced: transformers' forward")
-    if path in ("torch", "onednn", "mixed", "graphs"):
+    if path != "auto":
         if uncovered is not None:
             raise ValueError(
                 f"forward path {path!r} needs the engine's Llama forward, which does not cover {uncovered}"
             )
-        if path == "onednn":
-            if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
-                raise ValueError("forward path 'onednn' needs a CPU build of torch with oneDNN (mkldnn)")
-            if weight.dtype not in llama.ONEDNN_DTYPES:
-                allowed = ", ".join(str(d).removeprefix("torch.") for d in llama.ONEDNN_DTYPES)
-                raise ValueError(f"forward path 'onednn' runs {allowed}, not {dtype} (use forward=torch)")
-        if path == "mixed" and weight.device.type != "cpu":
-            raise ValueError("forward path 'mixed' measures its plan on the CPU; the model is on the GPU (use torch)")
-        if path == "graphs" and weight.device.type != "cuda":
-            raise ValueError("forward path 'graphs' needs a CUDA device (CUDA graphs); the model is on the CPU")
+        refusal = path_refusal(path, device, weight.dtype)
+        if refusal is not None:
+            works = ", ".join(runnable_paths(device, weight.dtype))
+            raise ValueError(f"forward path {path!r} cannot run {dtype} here: {refusal} (paths that run here: {works})")
         return PathChoice(path, dtype, f"forced: {_WHAT[path]}")
     if uncovered is not None:
         return PathChoice("transformers", dtype, f"auto: the engine's Llama forward does not cover {uncovered}")
     width = int(model.config.hidden_size)
-    cpu = weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
-    if not cpu or weight.dtype not in ONEDNN_MIN_WIDTH:
+    if device != "cpu" or weight.dtype not in ONEDNN_MIN_WIDTH:
         return PathChoice("torch", dtype, f"auto: {_WHAT['torch']}")
+    refusal = path_refusal("onednn", device, weight.dtype)
+    if refusal is not None:
+        return PathChoice("torch", dtype, f"auto: {_WHAT['torch']} ({refusal})")
     if width >= ONEDNN_MIN_WIDTH[weight.dtype]:
         return PathChoice("onednn", dtype, f"auto: {_WHAT['onednn']}")
     why = f"hidden size {width} < {ONEDNN_MIN_WIDTH[weight.dtype]}, where oneDNN starts to pay in {dtype}"
@@ -343,9 +380,8 @@ def _plan_pays_off(model: torch.nn.Module, choice: PathChoice) -> bool:
     weight = next(model.parameters())
     return (
         choice.path in ("torch", "onednn")
-        and weight.device.type == "cpu"
-        and torch.backends.mkldnn.is_available()
-        and weight.dtype in llama.ONEDNN_DTYPES
+        and weight.dtype in ONEDNN_DTYPES
+        and kernel_refusal("onednn", weight.device.type, weight.dtype) is None
         and int(model.config.hidden_size) >= PLAN_MIN_WIDTH
         and measuring_enabled()
     )
@@ -357,6 +393,10 @@ def _planned(model: torch.nn.Module, choice: PathChoice, forced: bool) -> PathCh
     plan = plan_for(model, static)
     how = "forced" if forced else "auto"
     kernel = plan.layers.single
+    if plan.note:  # no measurement made this plan: the static kernel everywhere, and why
+        return PathChoice(
+            "mixed" if forced else kernel, choice.dtype, f"{how}: {_WHAT[kernel]} (plan {plan.note})", plan
+        )
     if plan.mixed or forced or kernel not in _WHAT:  # a kernel no single path is named after runs as `mixed`
         return PathChoice("mixed", choice.dtype, f"{how}: engine llama forward; measured here: {plan.describe()}", plan)
     return PathChoice(kernel, choice.dtype, f"auto: {_WHAT[kernel]} (measured here at every size)", plan)

@@ -8,22 +8,24 @@ the kernel for one row, and the kernel from `from_rows` rows on.
 `measure_forwards` times the engine's whole forward on the model's own weights for 1..MAX_ROWS rows
 under every combination of the two kernels for the two groups (interleaved, medians), and `fit_plan`
 turns that into a plan; a combination replaces the static choice only when it takes at most MARGIN of
-its time, so noise does not flip a plan. Plans are cached by machine, torch version, threads, dtype and shapes
-($SPECTUNE_CACHE, else ~/.cache/spectune, file forward-plans.json; or the file $SPECTUNE_FORWARD_PLANS
-names): one machine always runs one plan. SPECTUNE_FORWARD_PLANS=off makes `auto` measure nothing and
-keep the static rule, and a forced `mixed` plan is measured without being stored (the test suite runs so,
-for outputs that do not depend on a measurement and a cache it does not touch).
+its time, so noise does not flip a plan. Only kernels this machine runs are measured (engine/kernels.py).
+Plans are cached by machine (the CPU's model and the instruction-set flags that matter, engine/host.py),
+torch version, threads, dtype and shapes ($SPECTUNE_CACHE, else ~/.cache/spectune, file forward-plans.json;
+or the file $SPECTUNE_FORWARD_PLANS names): one machine always runs one plan, and a file copied from another
+host is not trusted. A measurement is capped at BUDGET_S; past it the static rule is the plan, with its note.
+SPECTUNE_FORWARD_PLANS=off makes `auto` measure nothing and keep the static rule, and a forced `mixed` plan
+is measured without being stored (the test suite runs so, for outputs that do not depend on a measurement
+and a cache it does not touch).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,81 +33,25 @@ import torch
 
 from common.cache import cache_root
 from common.files import write_atomic
+from engine.host import probe
+from engine.kernels import MAX_ROWS, GroupPlan, LinearPlan, kernel_refusal
+from engine.kv import crop_cache, position_limit
+from engine.llama import LlamaForward
 
-KERNEL_NAMES = ("torch", "onednn", "transposed")
-MAX_ROWS = 8  # verification sizes measured: gamma + 1 up to 8
+log = logging.getLogger("spectune.forward")
 MARGIN = 0.9  # the other kernel must take at most this share of the static choice's time
 REPEATS = 9
 CONTEXT = 256  # positions before the measured forwards: a short agent context
 CACHE_FILE = "forward-plans.json"
 PLANS_ENV = "SPECTUNE_FORWARD_PLANS"  # a plan file, or "off": auto measures nothing
-_SHORT = {"torch": "F.linear", "onednn": "oneDNN", "transposed": "matmul over [in, out] weights"}
+# At most this many seconds measuring a plan (projected from one timed forward first, then checked as it
+# runs): past it auto keeps the static rule and caches that choice. Without a cap a large model, or a host
+# other jobs load, measured for minutes before the first token (seen: over 5 minutes).
+BUDGET_S = 20.0
 
 
-@dataclass(frozen=True)
-class GroupPlan:
-    """The kernels of one group of linears: `single` below `from_rows` rows, `many` from there on."""
-
-    single: str
-    many: str
-    from_rows: int  # 2..MAX_ROWS (only used when many != single)
-
-    def kernel(self, rows: int) -> str:
-        """The kernel a call over `rows` rows runs on."""
-        return self.many if rows >= self.from_rows else self.single
-
-    @property
-    def uniform(self) -> bool:
-        """One kernel for every size."""
-        return self.single == self.many
-
-    def describe(self) -> str:
-        """e.g. "F.linear below 3 rows, oneDNN from 3"."""
-        if self.uniform:
-            return _SHORT[self.single]
-        return f"{_SHORT[self.single]} below {self.from_rows} rows, {_SHORT[self.many]} from {self.from_rows}"
-
-
-@dataclass(frozen=True)
-class LinearPlan:
-    """Per group of linears, the kernel by fed rows."""
-
-    layers: GroupPlan
-    head: GroupPlan
-
-    @classmethod
-    def uniform(cls, kernel: str) -> LinearPlan:
-        """Every linear on `kernel` at every size (the torch and onednn paths)."""
-        one = GroupPlan(kernel, kernel, MAX_ROWS + 1)
-        return cls(one, one)
-
-    def kernels(self) -> set[str]:
-        """Every kernel some call may run on."""
-        return {g.single for g in (self.layers, self.head)} | {g.many for g in (self.layers, self.head)}
-
-    @property
-    def mixed(self) -> bool:
-        """True when a call's size or group decides its kernel."""
-        return len(self.kernels()) > 1
-
-    def describe(self) -> str:
-        """e.g. "layers F.linear; LM head F.linear below 3 rows, oneDNN from 3"."""
-        return f"layers {self.layers.describe()}; LM head {self.head.describe()}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LinearPlan:
-        """Inverse of to_dict; ValueError on anything else."""
-        try:
-            plan = cls(GroupPlan(**data["layers"]), GroupPlan(**data["head"]))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a forward plan: {exc}") from None
-        if not plan.kernels() <= set(KERNEL_NAMES):
-            raise ValueError(f"unknown kernel in plan {sorted(plan.kernels())}; allowed: {list(KERNEL_NAMES)}")
-        return plan
+class OverBudget(Exception):
+    """A plan measurement that would take, or took, longer than its cap (the message says how long)."""
 
 
 def fit_plan(times: dict[str, dict[int, float]], static: str) -> LinearPlan:
@@ -149,26 +95,36 @@ def fit_plan(times: dict[str, dict[int, float]], static: str) -> LinearPlan:
 
 
 def machine_key(model: torch.nn.Module) -> str:
-    """What a plan depends on: CPU, torch, threads, dtype and the shapes of the measured linears."""
+    """What a plan depends on: the host (CPU, its flags), torch, threads, dtype and the measured linears' shapes."""
     layer = _layer_modules(model)
     shapes = [tuple(m.weight.shape) for m in layer] + [tuple(model.lm_head.weight.shape)]
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return f"{_cpu_name()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{dtype}|{shapes}"
+    return f"{probe().key()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{dtype}|{shapes}"
 
 
 def plan_for(model: torch.nn.Module, static: str, measure: Callable[..., dict] | None = None) -> LinearPlan:
-    """The cached plan for this model's shapes on this machine, measured (and cached) the first time."""
+    """The cached plan for this model's shapes on this machine, measured (and cached) the first time.
+
+    A cached plan naming a kernel this machine cannot run (a file copied from another host whose key
+    matched) is measured again. A measurement over BUDGET_S gives the static rule, with the reason in `note`.
+    """
     key = f"{machine_key(model)}|static {static}"
     path = cache_file()
     persist = measuring_enabled()  # with plans off (tests), a forced plan is measured but never stored or read
     cached = _read_cache(path) if persist else {}
     if key in cached:
         try:
-            return LinearPlan.from_dict(cached[key])
+            plan = LinearPlan.from_dict(cached[key])
         except ValueError:
-            pass  # a stale or broken entry: measured again below
-    times = (measure or measure_forwards)(model)
-    plan = fit_plan(times, static)
+            plan = None  # a stale or broken entry: measured again below
+        if plan is not None and plan.kernels() <= set(available_kernels(model)):
+            return plan
+    try:
+        plan = fit_plan((measure or measure_forwards)(model), static)
+    except OverBudget as exc:
+        plan = LinearPlan.uniform(static, note=f"not measured: {exc}")
+        where = f"; delete {path} to measure again" if persist else ""
+        log.warning("note: forward plan %s, so the static rule stays%s", plan.note, where)
     if persist:
         cached = _read_cache(path)  # another process may have written meanwhile
         cached[key] = plan.to_dict()
@@ -176,7 +132,9 @@ def plan_for(model: torch.nn.Module, static: str, measure: Callable[..., dict] |
     return plan
 
 
-def measure_forwards(model: torch.nn.Module, repeats: int = REPEATS) -> dict[str, dict[int, float]]:
+def measure_forwards(
+    model: torch.nn.Module, repeats: int = REPEATS, budget_s: float | None = None
+) -> dict[str, dict[int, float]]:
     """Median seconds of the engine's whole forward over 1..MAX_ROWS new tokens, by kernel combination.
 
     Whole forwards, not linears alone: a linear timed in a loop reads weights its previous call left in
@@ -185,20 +143,31 @@ def measure_forwards(model: torch.nn.Module, repeats: int = REPEATS) -> dict[str
     5-row forward only 2.14 vs 2.18 ms). One forward holds both kernels of both groups; its switches
     select each combination, every size and combination interleaved after a context of CONTEXT tokens,
     each timed call after an untimed one on the same combination.
-    """
-    from engine.kv import crop_cache, position_limit
-    from engine.llama import LlamaForward
 
+    Bounded: one forward on F.linear is timed first (before any kernel packs a copy of the weights) and
+    the whole measurement projected from it; OverBudget when that projection, or the clock as it runs,
+    passes `budget_s` (default BUDGET_S).
+    """
+    budget = BUDGET_S if budget_s is None else budget_s
+    started = time.perf_counter()
     kernels = available_kernels(model)
+    combos = [f"{layers}/{head}" for layers in kernels for head in kernels]
+    # two different copying kernels in one combination are not measured (each forward holds one of them)
+    measured = [c for c in combos if len(set(c.split("/")) - {kernels[0]}) <= 1]
+    vocab = int(model.config.vocab_size)
+    context = min(CONTEXT, (position_limit(model) or CONTEXT + MAX_ROWS) - MAX_ROWS)
+    tokens = [(t * 7919 + 13) % vocab for t in range(context + MAX_ROWS)]
+    with torch.inference_mode():
+        one = _seconds_per_forward(LlamaForward(model), tokens[:MAX_ROWS])
+    calls = 2 * repeats * MAX_ROWS * len(measured) + (len(kernels) - 1) * context / MAX_ROWS
+    projected = time.perf_counter() - started + one * calls
+    if projected > budget:
+        raise OverBudget(f"measuring would take ~{projected:.0f} s here (cap {budget:.0f} s)")
     forwards = {}  # one forward per kernel for "many", holding the single-row kernel too: every combination
     for many in kernels[1:]:
         both = GroupPlan(kernels[0], many, 1)
         forwards[many] = LlamaForward(model, plan=LinearPlan(both, both))
-    vocab = int(model.config.vocab_size)
-    context = min(CONTEXT, (position_limit(model) or CONTEXT + MAX_ROWS) - MAX_ROWS)
-    tokens = [(t * 7919 + 13) % vocab for t in range(context + MAX_ROWS)]
-    combos = [f"{layers}/{head}" for layers in kernels for head in kernels]
-    samples: dict[str, dict[int, list[float]]] = {c: {r: [] for r in range(1, MAX_ROWS + 1)} for c in combos}
+    samples: dict[str, dict[int, list[float]]] = {c: {r: [] for r in range(1, MAX_ROWS + 1)} for c in measured}
     never = MAX_ROWS + 1
     with torch.inference_mode():
         caches = {}
@@ -208,31 +177,40 @@ def measure_forwards(model: torch.nn.Module, repeats: int = REPEATS) -> dict[str
         for _ in range(repeats):
             for rows in range(1, MAX_ROWS + 1):
                 fed = tokens[context : context + rows]
-                for combo in combos:
+                for combo in measured:
                     layers, head = combo.split("/")
                     # the forward whose `many` kernel the combination needs (any, if it needs none)
                     many = next((k for k in (layers, head) if k != kernels[0]), kernels[1])
                     forward, cache = forwards[many], caches[many]
                     forward.switches["layers"].from_rows = 1 if layers != kernels[0] else never
                     forward.switches["head"].from_rows = 1 if head != kernels[0] else never
-                    if {layers, head} - {kernels[0], many}:  # two different copying kernels: not measured
-                        continue
                     forward(cache, fed, keep=rows)  # untimed: caches warm for this combination
                     crop_cache(cache, context)
                     t0 = time.perf_counter()
                     forward(cache, fed, keep=rows)
                     samples[combo][rows].append(time.perf_counter() - t0)
                     crop_cache(cache, context)
-    return {c: {r: statistics.median(v) for r, v in by_rows.items()} for c, by_rows in samples.items() if by_rows[1]}
+                if time.perf_counter() - started > budget:
+                    raise OverBudget(f"measuring passed its cap of {budget:.0f} s here (a loaded host?)")
+    return {c: {r: statistics.median(v) for r, v in by_rows.items()} for c, by_rows in samples.items()}
+
+
+def _seconds_per_forward(forward: LlamaForward, tokens: list[int]) -> float:
+    """Seconds of one forward over `tokens` on a fresh cache (the second of two: the first pays warm-up)."""
+    elapsed = 0.0
+    for _ in range(2):
+        cache = forward.new_cache()
+        t0 = time.perf_counter()
+        forward(cache, tokens, keep=len(tokens))
+        elapsed = time.perf_counter() - t0
+    return elapsed
 
 
 def available_kernels(model: torch.nn.Module) -> tuple[str, ...]:
-    """The kernels a plan may use for `model` here, F.linear first (oneDNN: CPU builds with it, fp32 / bf16)."""
-    from engine.llama import ONEDNN_DTYPES
-
+    """The kernels a plan may use for `model` on this machine, F.linear first (engine.kernels.kernel_refusal)."""
     weight = next(model.parameters())
-    onednn = weight.device.type == "cpu" and torch.backends.mkldnn.is_available() and weight.dtype in ONEDNN_DTYPES
-    return ("torch", "transposed", *(("onednn",) if onednn else ()))
+    where, dtype = weight.device.type, weight.dtype
+    return tuple(k for k in ("torch", "transposed", "onednn") if kernel_refusal(k, where, dtype) is None)
 
 
 def _layer_modules(model: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -253,16 +231,6 @@ def cache_file() -> Path:
     if explicit and explicit.lower() != "off":
         return Path(explicit).expanduser()
     return cache_root() / CACHE_FILE
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _read_cache(path: Path) -> dict[str, Any]:

@@ -19,12 +19,13 @@ transformers (engine/forward.py says so in one line).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from engine.forward_plan import GroupPlan, LinearPlan
+from engine.kernels import COPYING_KERNELS, KERNELS, GroupPlan, LinearPlan, Switch, by_rows, make_linear
 from engine.kv import grown_capacity
 
 ARCHITECTURES = ("llama", "qwen2", "mistral")
@@ -32,9 +33,6 @@ STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq fixed at load 
 
 TRUNK = -1  # a tap id: the last decoder layer's output, before the final norm (what an MTP module reads)
 Taps = bool | tuple[int, ...]  # hidden states a forward returns: True = (TRUNK,); ids = inputs of those layers
-
-ONEDNN_DTYPES = (torch.float32, torch.bfloat16)  # what oneDNN's packed linear runs on CPU
-Linear = Callable[[torch.Tensor], torch.Tensor]  # x [n, in] -> x W^T + b [n, out]
 
 
 def resolve_taps(hidden: Taps, layers: int) -> tuple[int, ...]:
@@ -69,39 +67,6 @@ def covers(model: torch.nn.Module) -> str | None:
     return None
 
 
-def torch_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
-    """F.linear over the weights as they are (MKL / cuBLAS): the reference kernel."""
-    return lambda x: F.linear(x, weight, bias)
-
-
-def onednn_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
-    """oneDNN's linear over a weight reordered once into its blocked layout (CPU, fp32 / bf16)."""
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)  # layout chosen for up to 8 rows: a verify step
-    return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-
-def transposed_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
-    """x W^T as a plain matmul over a copy of W stored [in, out] (contiguous), on any device and dtype.
-
-    Why: over weights it must stream from memory (a decode step's), MKL's GEMM in this layout costs about
-    the same for 1 to 8 rows, where F.linear over [out, in] steps up at 4 and 7 rows (measured on this
-    project's CPU, fp32, each weight cache-cold: a 704 x 256 linear 27 us for 1 row and 29 for 5 here,
-    against 27 and 36 through F.linear; the 8192 x 256 LM head 301 and 332 us against 308 and 605).
-    """
-    stored = weight.t().contiguous()  # [in, out]
-    if bias is None:
-        return lambda x: x @ stored
-    return lambda x: torch.addmm(bias, x, stored)
-
-
-KERNELS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], Linear]] = {
-    "torch": torch_linear,
-    "onednn": onednn_linear,
-    "transposed": transposed_linear,
-}
-COPYING_KERNELS = ("onednn", "transposed")  # kernels that hold their own copy of the weights
-
-
 def _linear_params(layer: torch.nn.Module) -> list[torch.Tensor]:
     """The weights (and biases) of a decoder layer's linears."""
     attn, mlp = layer.self_attn, layer.mlp
@@ -132,7 +97,7 @@ class _Projections:
     """
 
     def __init__(self, modules: list[torch.nn.Linear], kernel: str) -> None:
-        make = KERNELS[kernel]
+        make = functools.partial(make_linear, kernel)
         self.sizes = [m.weight.shape[0] for m in modules]
         if kernel in COPYING_KERNELS and len(modules) > 1:
             biases = [m.bias for m in modules]
@@ -154,21 +119,6 @@ class _Projections:
         return self.run(x)
 
 
-class Switch:
-    """From how many fed rows a group of linears runs its `many` kernel (the plan measurement moves it)."""
-
-    def __init__(self, from_rows: int) -> None:
-        self.from_rows = from_rows
-
-
-def by_rows(plan: GroupPlan, make: Callable[[str], Callable], switch: Switch) -> Callable:
-    """A call that runs `make(kernel)`'s result for the kernel `plan` (and `switch`) gives its input's row count."""
-    if plan.uniform:
-        return make(plan.single)
-    single, many = make(plan.single), make(plan.many)
-    return lambda x: many(x) if x.shape[0] >= switch.from_rows else single(x)
-
-
 class _Layer:
     """One decoder layer's weights: norms, q|k|v, o, gate|up, down (each on its kernel by fed rows)."""
 
@@ -176,9 +126,9 @@ class _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
         self.qkv = by_rows(plan, lambda k: _Projections([attn.q_proj, attn.k_proj, attn.v_proj], k), switch)
-        self.o = by_rows(plan, lambda k: KERNELS[k](attn.o_proj.weight, attn.o_proj.bias), switch)
+        self.o = by_rows(plan, lambda k: make_linear(k, attn.o_proj.weight, attn.o_proj.bias), switch)
         self.gate_up = by_rows(plan, lambda k: _Projections([mlp.gate_proj, mlp.up_proj], k), switch)
-        self.down = by_rows(plan, lambda k: KERNELS[k](mlp.down_proj.weight, mlp.down_proj.bias), switch)
+        self.down = by_rows(plan, lambda k: make_linear(k, mlp.down_proj.weight, mlp.down_proj.bias), switch)
         self.window = window  # sliding window (positions a query sees, itself included), None = full
 
 
@@ -273,7 +223,7 @@ class LlamaForward:
             self.embed = body.embed_tokens.weight  # [V, h]
             self.norm = body.norm.weight
             head = model.lm_head
-            self.lm_head = by_rows(plan.head, lambda k: KERNELS[k](head.weight, head.bias), self.switches["head"])
+            self.lm_head = by_rows(plan.head, lambda k: make_linear(k, head.weight, head.bias), self.switches["head"])
         # Bytes of the packed copies: every oneDNN group holds its weights a second time.
         linears = sum(p.numel() * p.element_size() for layer in body.layers for p in _linear_params(layer))
         head_bytes = sum(p.numel() * p.element_size() for p in head.parameters())

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.utils import logging as hf_logging
 
 from engine.forward import check_path, decoder_layers, first_layers, make_forward
+from engine.host import probe
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 DTYPE_ALIASES: dict[str, torch.dtype] = {
@@ -79,8 +80,8 @@ def resolve_device(device: str) -> torch.device:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 / AMX), so oneDNN runs bf16 faster than fp32."""
-    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    """Whether this CPU computes bf16 natively (AVX512-BF16, AMX, AVX-NE-CONVERT): oneDNN runs bf16 faster than fp32."""
+    return probe().bf16_native
 
 
 def resolve_dtype(dtype: str, device: torch.device | str, checkpoint: torch.dtype | None = None) -> torch.dtype:

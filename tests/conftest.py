@@ -6,7 +6,10 @@ import os
 from collections.abc import Callable
 
 import pytest
+import torch
 
+from engine.forward import path_refusal
+from engine.host import probe
 from engine.tiny import make_tiny_model
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
@@ -14,6 +17,10 @@ IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 # timing taken on the test machine. The per-size plan has its own tests (test_forward_plan.py) with given plans.
 os.environ["SPECTUNE_FORWARD_PLANS"] = "off"
 SANDBOX_KINDS = ("local", "docker")
+# Every skip for something this machine lacks (an instruction set, a device) starts so: the run's summary counts
+# them under the host's own line, so a log says which kind of host ran it and what it could not check there.
+HOST_LACKS = "host lacks"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=f"{HOST_LACKS} a CUDA device")
 # A workspace's .gitattributes (or any git configuration) must not change what a sandbox's diff() shows: `binary`
 # (= -diff -merge -text) or `-diff` would turn a .py edit into a binary patch that text checks cannot read,
 # `text`/`eol` rewrite line ends, `filter=`/`ident` the content. Both sandboxes' tests try each of these.
@@ -48,3 +55,30 @@ def sandbox_factory_or_skip(kind: str, **options) -> Callable:
 def tiny_dir(tmp_path_factory):
     """A tiny random target model folder (1 layer x 64): plumbing of runners and benchmarks, fast on CPU."""
     return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)
+
+
+def skip_unless_path_runs(path: str, dtype: torch.dtype, device: str = "cpu") -> None:
+    """Skip (HOST_LACKS) where this machine cannot run forward `path` in `dtype`: the same test runs on every other."""
+    refusal = path_refusal(path, device, dtype)
+    if refusal is not None:
+        pytest.skip(f"{HOST_LACKS} what forward path {path!r} needs for {str(dtype).removeprefix('torch.')}: {refusal}")
+
+
+def pytest_report_header(config) -> str:
+    """The host's CPU flags and devices at the top of every run, so a log says which machine ran it."""
+    return f"spectune host: {probe().describe()}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Count the tests skipped for what this host lacks, by reason, under the host's own line."""
+    lacking: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if reason.startswith(HOST_LACKS):
+            lacking[reason] = lacking.get(reason, 0) + 1
+    if lacking:
+        terminalreporter.section("skipped for what this host lacks")
+        terminalreporter.write_line(f"host: {probe().describe()}")
+        for reason, count in sorted(lacking.items()):
+            terminalreporter.write_line(f"{count:4d}  {reason}")

@@ -133,7 +133,10 @@ def test_quick_engine_report(cache, capsys):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--dtype", "float64", "--forward", "onednn"], "forward path 'onednn' runs float32, bfloat16, not float64"),
+        (
+            ["--dtype", "float64", "--forward", "onednn"],
+            "forward path 'onednn' cannot run float64 here: oneDNN's linear runs float32, bfloat16, not float64",
+        ),
         (["--dtype", "int3"], "unknown dtype 'int3'"),
     ],
 )

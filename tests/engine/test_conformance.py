@@ -26,7 +26,7 @@ from engine.drafters import DraftContext
 from engine.eagle3 import Eagle3Module, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import EngineForward, PathChoice, TransformersForward
-from engine.forward_plan import GroupPlan, LinearPlan
+from engine.kernels import GroupPlan, LinearPlan
 from engine.kv import SlidingGrowingLayer, kv_tensors, new_cache
 from engine.llama import covers
 from engine.loading import LoadedModel

@@ -13,10 +13,12 @@ import torch
 
 from engine.engine import Engine, EngineConfig
 from engine.forward import ONEDNN_MIN_WIDTH, TransformersForward, choose_path, make_forward
+from engine.host import probe
 from engine.kv import MIN_CAPACITY, capacity_bound, crop_cache, kv_tensors
 from engine.llama import LlamaCache
 from engine.loading import load_model
 from engine.testing import random_model
+from tests.conftest import skip_unless_path_runs
 
 BUNDLED = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny"
 COVERED = ["llama", "qwen2", "mistral", "qwen2_sliding"]  # sliding: window 8, shorter than the prompt
@@ -37,6 +39,7 @@ def model_in(arch: str, dtype: torch.dtype, hidden: int = 256):
 @pytest.mark.parametrize("arch", COVERED)
 def test_engine_forward_logits_equal_transformers(arch, dtype, path):
     """Prefill, a rollback, then a 5-row verification: every row's logits within the stated tolerance."""
+    skip_unless_path_runs(path, dtype)
     model = model_in(arch, dtype)
     reference, ours = TransformersForward(model.model), make_forward(model.model, path)
     assert ours.choice.path == path
@@ -107,7 +110,10 @@ def test_preallocated_cache_rolls_back_by_moving_its_length():
 def test_auto_picks_onednn_where_it_measured_faster_and_torch_otherwise():
     assert ONEDNN_MIN_WIDTH == {torch.float32: 1024, torch.bfloat16: 256}
     bf16 = choose_path(model_in("llama", torch.bfloat16).model)
-    assert bf16.describe() == "onednn bfloat16 (auto: engine llama forward, oneDNN-packed linears)"
+    if probe().onednn_bf16:
+        assert bf16.describe() == "onednn bfloat16 (auto: engine llama forward, oneDNN-packed linears)"
+    else:  # an AVX2-only host: what this host lacks, in the reason (tests/engine/test_host.py forces this case)
+        assert bf16.path == "torch" and "oneDNN's bf16 linear needs" in bf16.reason
     fp32 = choose_path(model_in("llama", torch.float32).model)  # 256 wide: F.linear is faster in fp32
     assert fp32.path == "torch" and "hidden size 256 < 1024" in fp32.reason
     assert choose_path(model_in("llama", torch.float32, hidden=1024).model).path == "onednn"
@@ -131,7 +137,7 @@ def test_uncovered_architectures_fall_back_to_transformers_with_one_line(arch, c
 def test_forced_paths_that_cannot_run_say_why():
     with pytest.raises(ValueError, match="unknown forward path 'fast'; allowed: auto, transformers, torch, onednn"):
         choose_path(random_model("llama").model, "fast")
-    with pytest.raises(ValueError, match="runs float32, bfloat16, not float64"):
+    with pytest.raises(ValueError, match=r"runs float32, bfloat16, not float64 \(paths that run here: auto, transf"):
         make_forward(random_model("llama").model, "onednn")
     forced = choose_path(random_model("llama").model, "transformers")
     assert forced.path == "transformers" and forced.reason.startswith("forced")
@@ -151,16 +157,20 @@ def test_instance_prompt():
     return agent_prompts(tokenizer, "test", count=1)[0].ids
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_bundled_models_on_the_onednn_path_keep_on_equal_to_off(dtype, test_instance_prompt):
-    """Greedy ON == OFF for every drafter on the oneDNN path for the bundled pair, fp32 and bf16 (the paths
-    on F.linear are transformers' numbers bit for bit, checked above and by the conformance suite)."""
-    target = load_model(str(BUNDLED / "target"), device="cpu", dtype=dtype, forward="onednn")
-    draft = load_model(str(BUNDLED / "draft"), device="cpu", dtype=dtype, forward="onednn")
-    assert target.forward.choice.path == "onednn"
+@pytest.mark.parametrize(
+    ("path", "dtype"), [("onednn", "float32"), ("onednn", "bfloat16"), ("torch", "bfloat16")], ids="-".join
+)
+def test_bundled_models_on_cpu_paths_keep_on_equal_to_off(path, dtype, test_instance_prompt):
+    """Greedy ON == OFF for every drafter on the oneDNN path for the bundled pair, fp32 and bf16, and in bf16 on
+    F.linear too, which every CPU runs (so a host without oneDNN's bf16 still checks bf16); F.linear in fp32 is
+    transformers' numbers bit for bit, checked above and by the conformance suite."""
+    skip_unless_path_runs(path, getattr(torch, dtype))
+    target = load_model(str(BUNDLED / "target"), device="cpu", dtype=dtype, forward=path)
+    draft = load_model(str(BUNDLED / "draft"), device="cpu", dtype=dtype, forward=path)
+    assert target.forward.choice.path == path
     off = Engine(target, EngineConfig(drafter="none")).generate(test_instance_prompt, 96, stop_tokens=frozenset())
     for drafter in ("ngram", "suffix", "draft_model"):
         engine = Engine(target, EngineConfig(drafter=drafter, gamma=4), draft=draft)
         on = engine.generate(test_instance_prompt, 96, stop_tokens=frozenset())
-        assert on.tokens == off.tokens, f"{drafter} on onednn {dtype} diverged from plain decoding"
+        assert on.tokens == off.tokens, f"{drafter} on {path} {dtype} diverged from plain decoding"
         assert on.stats.accepted > 0, f"{drafter} never got a token accepted: the check would prove little"

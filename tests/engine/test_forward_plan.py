@@ -13,13 +13,16 @@ import torch
 from engine import forward_plan
 from engine.engine import Engine, EngineConfig
 from engine.forward import EngineForward, PathChoice, make_forward
-from engine.forward_plan import MAX_ROWS, GroupPlan, LinearPlan, fit_plan, plan_for
+from engine.forward_plan import fit_plan, plan_for
+from engine.host import probe
+from engine.kernels import MAX_ROWS, GroupPlan, LinearPlan
 from engine.kv import kv_tensors
 from engine.llama import LlamaForward
 from engine.testing import perturbed_copy, random_model
+from tests.conftest import HOST_LACKS
 from tests.engine.test_conformance import agreeing_mtp
 
-onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+onednn = pytest.mark.skipif(not probe().onednn, reason=f"{HOST_LACKS} oneDNN in this torch build")
 PROMPT = [(i * 37 + 5) % 96 for i in range(40)] + [(i * 11 + 3) % 96 for i in range(12)] * 2
 # Verification rows on oneDNN, single rows on F.linear, for both groups: every step mixes kernels.
 SPLIT = LinearPlan(GroupPlan("torch", "onednn", 2), GroupPlan("torch", "onednn", 2))

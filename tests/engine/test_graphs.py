@@ -14,6 +14,7 @@ from engine.engine import Engine, EngineConfig
 from engine.forward import choose_path, make_forward
 from engine.kv import crop_cache, kv_tensors
 from engine.testing import random_model
+from tests.conftest import needs_cuda
 
 PROMPT = [(i * 37 + 5) % 96 for i in range(30)]
 
@@ -53,11 +54,11 @@ def test_graphs_path_needs_cuda():
     model = random_model("llama")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the CUDA test below covers the path")
-    with pytest.raises(ValueError, match="'graphs' needs a CUDA device"):
+    with pytest.raises(ValueError, match="'graphs' cannot run float64 here: needs a CUDA device"):
         choose_path(model.model, "graphs")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA graphs cannot be captured here")
+@needs_cuda
 def test_graphed_decoding_equals_eager_decoding_on_cuda():
     target = random_model("llama", seed=7, dtype=torch.float32, forward="graphs")
     target.model.to("cuda")

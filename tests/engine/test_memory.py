@@ -32,6 +32,7 @@ from engine.memory import (
     safetensors_params,
     workspace_bytes,
 )
+from tests.conftest import needs_cuda
 
 torch.set_num_threads(1)  # the test machine's cores are shared
 
@@ -350,7 +351,7 @@ def test_cli_module_errors_exit_2_in_one_line(tmp_path: Path) -> None:
 # ---- CUDA: the estimate against the allocator -------------------------------------------------------------
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to measure allocations")
+@needs_cuda
 def test_estimate_bounds_cuda_peak(shapes: dict[str, ModelShape]) -> None:
     device = torch.device("cuda")
     gc.collect()
