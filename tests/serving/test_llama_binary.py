@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -64,3 +65,35 @@ def test_a_source_build_without_git_takes_its_release_from_spectunes_build_recor
     (folder / "build.json").write_text(f'{{"version": "{llama_binary.PINNED}", "seconds": 1}}')
     found = find_llama_server()
     assert found.source == "cache" and found.pinned
+
+
+def test_a_native_build_carried_to_a_cpu_lacking_its_flags_is_passed_over_and_rebuilt(nowhere, monkeypatch):
+    from engine.host import cpu_flags
+    from serving import llama_install
+
+    folder = nowhere / "cache" / "llama.cpp" / llama_binary.PINNED
+    (folder / "bin").mkdir(parents=True)
+    _fake(folder / "bin" / "llama-server", f"version: 0.6.0 (build {PINNED_BUILD}, commit abc)")
+    here = sorted(cpu_flags()[1])
+    record = {"version": llama_binary.PINNED, "seconds": 1, "cpu_flags": here}
+    (folder / "build.json").write_text(json.dumps(record))
+    assert llama_binary.foreign_build(folder) is None and find_llama_server().source == "cache"
+    # the same build record from a CPU with a flag this one lacks (amx_fp99: no CPU has it)
+    record["cpu_flags"] = [*here, "amx_fp99"]
+    (folder / "build.json").write_text(json.dumps(record))
+    assert llama_binary.foreign_build(folder) == "built natively for a CPU with amx_fp99, which this one lacks"
+    with pytest.raises(LlamaServerMissing, match=r"amx_fp99, which this one lacks; python -m serving.llama_install"):
+        find_llama_server()
+
+    class Building(Exception):
+        pass
+
+    def download(version, into):
+        raise Building  # the install went on to build instead of reusing the foreign cache
+
+    monkeypatch.setattr(llama_install, "download_sdist", download)
+    with pytest.raises(Building):
+        llama_install.install()
+    # a record from before flags were recorded is trusted, as it always was
+    (folder / "build.json").write_text(json.dumps({"version": llama_binary.PINNED, "seconds": 1}))
+    assert llama_install.install() == folder
