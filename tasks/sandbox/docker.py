@@ -13,8 +13,8 @@ fixed names and dates twice: in /workspace/.git for the agent, and in a root-onl
 
 Observations are byte-for-byte those of the local sandbox: the host's base Python installation and
 the task environment (tasks/sandbox/task_python.py; `python_env="runner"`: the running venv) are
-bind-mounted read-only at the same paths, so `python -m pytest` inside is the host's interpreter
-with the same packages as in the local sandbox, on a
+bind-mounted read-only at the same paths (one under /tmp too: inside the container's /tmp tmpfs), so
+`python -m pytest` inside is the host's interpreter with the same packages as in the local sandbox, on a
 Debian bookworm image (the host's OS, so the interpreter's shared libraries are there); the
 environment is a fixed list (`sandbox_env`), nothing inherited; stdout and stderr share one pipe;
 pytest's session timing is stripped from its summary lines (`normalize_output`); git runs with the
@@ -81,7 +81,7 @@ from tasks.sandbox.local import (  # git settings, environments and output norma
     normalize_output,
 )
 from tasks.sandbox.owner import is_alive, owner_token, reap_stale_dirs
-from tasks.sandbox.task_python import task_python
+from tasks.sandbox.task_python import note_private_tmpfs, task_python
 
 DEFAULT_IMAGE = DEFAULT_TAG
 SANDBOX_UID = 65534  # nobody: owns the image's /workspace
@@ -94,6 +94,9 @@ BASELINE_DIR = "/run/spectune"  # root-only tmpfs: the sandbox's own baseline re
 BASELINE_GIT = f"{BASELINE_DIR}/baseline.git"
 # the container's main process: ends (and with it the container) when the runner's attached stdin closes
 WATCHDOG_COMMAND = ["sh", "-c", "exec cat > /dev/null"]
+# the container's private tmpfs: a host path below it (a task environment in a cache under /tmp) is still bind-mounted
+# at its own path, the daemon mounting the tmpfs first (it orders mounts by depth) and making the folders on the way
+CONTAINER_TMP = "/tmp"
 REMOVE_WAIT_S = 10.0  # close(): how long to wait for a removal the daemon already has in progress
 
 
@@ -317,7 +320,8 @@ class DockerSandbox:
             raise ValueError(f"python_env must be one of ('task', 'runner'), got {python_env!r}")
         self.python_env = python_env
         self.workspace_size = workspace_size
-        self._venv = str(task_python().root) if python_env == "task" else sys.prefix
+        task_env = task_python() if python_env == "task" else None
+        self._venv = str(task_env.root) if task_env is not None else sys.prefix
         bindir = os.path.join(self._venv, "bin")
         # max_processes=None: no RLIMIT_NPROC here, `pids_limit` caps the container (see the module docstring)
         self.limits = Limits(
@@ -329,6 +333,11 @@ class DockerSandbox:
             tmpfs_size=tmpfs_size,
         )
         self.env = sandbox_env(bindir if mount_host_python else "")
+        if mount_host_python and os.path.normpath(self._venv) == CONTAINER_TMP:
+            # mounted read-only over the container's /tmp, it would leave commands no writable /tmp at all
+            raise SandboxError(f"the Python environment {self._venv} is {CONTAINER_TMP} itself; use a folder below it")
+        if task_env is not None and mount_host_python:
+            note_private_tmpfs(task_env, (CONTAINER_TMP,))
         self.bash = _bash_path()
         self.container: Any = None
         self._watchdog: Any = None  # the attached stdin of the container's main process (see the module docstring)
@@ -402,7 +411,7 @@ class DockerSandbox:
                 pids_limit=self.pids_limit,
                 read_only=True,
                 tmpfs={
-                    "/tmp": f"rw,nosuid,nodev,size={self.limits.tmpfs_size},mode=1777",
+                    CONTAINER_TMP: f"rw,nosuid,nodev,size={self.limits.tmpfs_size},mode=1777",
                     BASELINE_DIR: f"rw,nosuid,nodev,noexec,size={self.limits.tmpfs_size},mode=0700",
                 },
                 cap_drop=["ALL"],

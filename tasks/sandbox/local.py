@@ -11,7 +11,8 @@ first and last halves of DEFAULT_OUTPUT_LIMIT bytes are kept, the pipe is always
 outside the workspace (commands run as an unprivileged user with no capabilities and
 no_new_privs, the root filesystem is remounted read-only in a private mount namespace, and
 /tmp, /var/tmp, /dev/shm and /run are fresh private tmpfs that vanish with the command, so host
-service sockets under /run are out of reach);
+service sockets under /run are out of reach; a Python the commands run from a folder below one
+of them, a cache under /tmp say, is bound read-only at its own path into that fresh tmpfs);
 network access (a fresh network namespace with only its own loopback: no route to the host's
 127.0.0.1 or anywhere else); and secret leakage (the environment is rebuilt from a fixed list, no
 variable of the caller passes through; the project tree, root's home and anything else not
@@ -27,7 +28,8 @@ How a command runs (`isolation="namespaces"`, chosen automatically when the call
 
     setpriv --pdeathsig KILL unshare --mount --pid --fork --kill-child --net --uts --ipc --mount-proc
       bash (PID 1 of the new PID namespace, root inside it): joins the per-command pids and memory cgroups,
-        bind-mounts the host temp dir onto /workspace, hides masked paths, mounts the tmpfs,
+        bind-mounts the host temp dir onto /workspace, hides masked paths, mounts the tmpfs
+        (with the interpreter's paths below them re-bound read-only),
         remounts / read-only, brings up the private loopback, sets the hostname "sandbox", then
         prlimit ... -- setpriv --reuid=nobody ... --no-new-privs --bounding-set=-all
           bash -c COMMAND   (cwd /workspace, stdout and stderr on one pipe, stdin /dev/null)
@@ -40,13 +42,13 @@ no namespace can be made, `isolation="none"` (or "auto" falling back) runs a pla
 with the same rlimits and environment and lists every protection it lacks in `warnings`; under
 CI=true a sandbox without network isolation refuses to start.
 
-Observations are deterministic: the workspace is always at /workspace, /tmp is empty and the
-hostname fixed at every command, PYTHONHASHSEED=0, no pytest cache, and pytest's session timing is
-stripped from its summary line (`normalize_output`). The baseline and `diff()` live in a git
-directory outside the workspace that the command cannot touch (the workspace also gets its own
-`.git` with the same baseline commit, for the agent's `git diff`/`git status`). The host temp dir
-and the cgroups carry the runner's owner token (tasks/sandbox/owner.py): those of a runner that died
-are removed by the next sandbox made.
+Observations are deterministic: the workspace is always at /workspace, /tmp is empty (but for
+the read-only path to a Python that lies below it) and the hostname fixed at every command,
+PYTHONHASHSEED=0, no pytest cache, and pytest's session timing is stripped from its summary line
+(`normalize_output`). The baseline and `diff()` live in a git directory outside the workspace that
+the command cannot touch (the workspace also gets its own `.git` with the same baseline commit, for
+the agent's `git diff`/`git status`). The host temp dir and the cgroups carry the runner's owner
+token (tasks/sandbox/owner.py): those of a runner that died are removed by the next sandbox made.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ from tasks.sandbox.limits import Limits, OutputCapture, parse_size, setpriv_args
 from tasks.sandbox.local_cgroup import CommandCgroups, reap_stale_cgroups
 from tasks.sandbox.owner import mark, reap_stale_dirs
 from tasks.sandbox.task_python import ENV_VAR as TASK_PYTHON_ENV
-from tasks.sandbox.task_python import task_python
+from tasks.sandbox.task_python import note_private_tmpfs, task_python
 
 ISOLATION_MODES = ("auto", "namespaces", "none")
 PYTHON_ENVS = ("task", "runner")
@@ -257,6 +259,11 @@ def _within(path: str, parent: str) -> bool:
 
 def _outermost(paths: set[str]) -> list[str]:
     return sorted(p for p in paths if not any(q != p and _within(p, q) for q in paths))
+
+
+def _private_tmpfs_dirs() -> tuple[str, ...]:
+    """The dirs of TMPFS_DIRS that commands get a private tmpfs on: those that are real dirs here."""
+    return tuple(d for d in TMPFS_DIRS if os.path.isdir(d) and not os.path.islink(d))
 
 
 def _rmtree(path: Path) -> None:
@@ -485,7 +492,11 @@ class LocalSandbox:
                 "127.0.0.1 inside a command are unreachable"
             )
 
-        self._masks = self._plan_masks()
+        needed = self._needed_paths()
+        self._tmpfs_views = self._plan_tmpfs_views(needed)
+        self._masks = self._plan_masks(needed)
+        if python_env == "task" and self.isolation != "none":
+            note_private_tmpfs(env, _private_tmpfs_dirs())
 
         if self.limits.workspace_size is not None and self.isolation != "namespaces":
             self.warnings.append(
@@ -531,23 +542,51 @@ class LocalSandbox:
     def _interpreter_paths(self) -> set[str]:
         return {os.path.realpath(p) for p in self._python_paths if p and os.path.exists(p)}
 
-    def _plan_masks(self) -> list[_Mask]:
+    def _needed_paths(self) -> set[str]:
+        """Host paths commands must be able to read: the interpreter's and `expose_paths`, resolved."""
+        return self._interpreter_paths() | {os.path.realpath(p) for p in self._expose}
+
+    def _plan_tmpfs_views(self, needed: set[str]) -> dict[str, tuple[str, ...]]:
+        """Which needed paths lie under a dir that commands see as a fresh private tmpfs, by that dir.
+
+        Each is bound read-only at its own path into the command's tmpfs (see `_write_fstab`), so a cache,
+        task environment or venv under /tmp works; only a dir of TMPFS_DIRS itself cannot be re-exposed.
+        """
+        if self.isolation == "none":  # no mount namespace: commands see the host's dirs themselves
+            return {}
+        views: dict[str, tuple[str, ...]] = {}
+        for d in _private_tmpfs_dirs():
+            inside = {p for p in needed if _within(p, d)}
+            if d in inside:
+                raise SandboxError(
+                    f"cannot expose {d} itself read-only to sandboxed commands: each gets a private writable tmpfs "
+                    f"there; use a folder below it (for the task environment: {TASK_PYTHON_ENV}=<a folder>)"
+                )
+            for p in sorted(inside):
+                if not os.path.lexists(p):  # nothing to bind: say so here rather than fail every command's set-up
+                    self.warnings.append(f"{p} does not exist: commands cannot see it")
+                    inside.discard(p)
+            if inside:
+                views[d] = tuple(_outermost(inside))
+        if self.isolation == "namespaces":  # the folders on the way are fresh 0755 ones: only the path itself counts
+            gids = {self.gid}
+            for p in (p for paths in views.values() for p in paths):
+                st = os.stat(p)
+                if not _may(st, self.uid, gids, 5 if os.path.isdir(p) else 4):
+                    self.warnings.append(f"{p} is not readable by uid {self.uid}; change its mode")
+        return views
+
+    def _plan_masks(self, needed: set[str]) -> list[_Mask]:
         """Which host dirs to hide inside the namespace, and what to re-expose under each."""
         gids = {self.gid}
-        needed = self._interpreter_paths() | {os.path.realpath(p) for p in self._expose}
         if self.isolation == "none":
             for p in sorted(needed):
                 if _blocked_at(p, self.uid, gids):
                     self.warnings.append(f"{p} is not readable by uid {self.uid}: `python` may not run in commands")
             return []
-        under_tmpfs = sorted(p for p in needed if any(_within(p, d) for d in TMPFS_DIRS))
-        if under_tmpfs:
-            # Commands get a private tmpfs on these dirs, which would hide the interpreter itself.
-            raise SandboxError(
-                f"the Python installation {under_tmpfs[0]} that sandboxed commands run lies under "
-                f"{', '.join(TMPFS_DIRS)}, which every command sees as a fresh private tmpfs; use a Python "
-                f"installed elsewhere, or set {TASK_PYTHON_ENV}=<a folder outside them> for the task environment"
-            )
+        # whatever lies under a private tmpfs is hidden by it already, and re-exposed by `_plan_tmpfs_views`
+        tmpfs_dirs = _private_tmpfs_dirs()
+        needed = {p for p in needed if not any(_within(p, d) for d in tmpfs_dirs)}
         masks: set[str] = set()
         for p in self._hidden:
             real = os.path.realpath(p)
@@ -563,6 +602,7 @@ class LocalSandbox:
                 elif blocked:
                     self.warnings.append(f"{p} is not readable by uid {self.uid}; pass expose_paths or change its mode")
         masks -= needed  # a needed path is never hidden itself
+        masks = {m for m in masks if not any(_within(m, d) for d in tmpfs_dirs)}
         out = []
         for m in _outermost(masks):
             exposed = _outermost({p for p in needed if _within(p, m) and p != m})
@@ -790,18 +830,25 @@ class LocalSandbox:
         """The mounts every command gets, for one `mount -a -T fstab` (one exec instead of ten).
 
         In order: the workspace onto /workspace; for each masked dir, its re-exposed paths bound
-        read-only into an empty root-owned skeleton, then the skeleton recursively onto the masked
-        dir; last, a private tmpfs on each world-writable dir (this hides the host temp dir, so it
-        comes after every mount whose source lies in it). The root is remounted read-only after.
+        read-only into an empty root-owned skeleton; for each world-writable dir that holds a needed
+        path (`_tmpfs_views`), its private tmpfs made at a staging folder here, with those paths bound
+        read-only into it at their place below the dir (`X-mount.mkdir` makes the folders on the way,
+        0755 under the `umask 022` of `_command_line`); the skeletons recursively onto the masked
+        dirs, then the staging tmpfs onto their dirs (the one that hides this host dir last: every
+        source below it, the host's /tmp paths included, must be bound before); then any mask hiding
+        this host dir; last, a private tmpfs on each other world-writable dir (this may hide the host
+        temp dir, so it comes after every mount whose source lies in it). X-mount.mkdir makes
+        directories only, so a needed *file* below a tmpfs dir splits the list in two (`_fstab_files`:
+        the empty files the shell makes between the two). The root is remounted read-only after.
         """
 
-        def esc(path: str) -> str:
-            return path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+        def esc(path: str | Path) -> str:
+            return str(path).replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
 
         lines = []
         self._fstab_has_workspace = Path(WORKSPACE).is_dir()
         if self._fstab_has_workspace:
-            lines.append(f"{esc(str(self.host_path))} {WORKSPACE} none bind 0 0")
+            lines.append(f"{esc(self.host_path)} {WORKSPACE} none bind 0 0")
         masks = sorted(self._masks, key=lambda m: _within(str(root), m.path))  # one hiding our dir: last
         skels = []
         for i, mask in enumerate(masks):
@@ -810,20 +857,44 @@ class LocalSandbox:
             for e in mask.exposed:
                 target = skel / os.path.relpath(e, mask.path)
                 target.mkdir(parents=True, exist_ok=True)
-                lines.append(f"{esc(e)} {esc(str(target))} none bind,ro 0 0")
+                lines.append(f"{esc(e)} {esc(target)} none bind,ro 0 0")
             skels.append((mask, skel))
         for dirpath, dirnames, _ in os.walk(root / "skel"):
             os.chmod(dirpath, 0o755)
             for d in dirnames:
                 os.chmod(os.path.join(dirpath, d), 0o755)
-        for mask, skel in skels:
-            lines.append(f"{esc(str(skel))} {esc(mask.path)} none rbind 0 0")
         size = self.limits.tmpfs_size
-        for d in TMPFS_DIRS:
-            if os.path.isdir(d) and not os.path.islink(d):
-                # a source name of our own: `mount -a` skips an entry whose source+target is mounted
-                lines.append(f"spectune-tmpfs {d} tmpfs mode=1777,nosuid,nodev,size={size} 0 0")
+        # a source name of our own: `mount -a` skips an entry whose source+target is mounted
+        tmpfs = f"tmpfs mode=1777,nosuid,nodev,size={size} 0 0"
+        views = sorted(self._tmpfs_views.items(), key=lambda v: _within(str(root), v[0]))  # one hiding our dir: last
+        stages, files, file_binds = [], [], []
+        for i, (d, paths) in enumerate(views):
+            stage = root / "tmpfs" / str(i)
+            stage.mkdir(parents=True)
+            lines.append(f"spectune-tmpfs {esc(stage)} {tmpfs}")
+            for path in paths:
+                target = stage / os.path.relpath(path, d)
+                if os.path.isdir(path):
+                    lines.append(f"{esc(path)} {esc(target)} none bind,ro,X-mount.mkdir 0 0")
+                else:
+                    files.append(target)
+                    file_binds.append(f"{esc(path)} {esc(target)} none bind,ro 0 0")
+            stages.append((d, stage))
+        later = list(file_binds)
+        later += [f"{esc(skel)} {esc(m.path)} none rbind 0 0" for m, skel in skels if not _within(str(root), m.path)]
+        later += [f"{esc(stage)} {esc(d)} none rbind 0 0" for d, stage in stages]
+        later += [f"{esc(skel)} {esc(m.path)} none rbind 0 0" for m, skel in skels if _within(str(root), m.path)]
+        for d in _private_tmpfs_dirs():
+            if d not in self._tmpfs_views:
+                later.append(f"spectune-tmpfs {esc(d)} {tmpfs}")
         self._fstab = root / "fstab"
+        self._fstab_files = files
+        self._fstab_later: Path | None = None
+        if files:
+            self._fstab_later = root / "fstab.later"
+            self._fstab_later.write_text("\n".join(later) + "\n")
+        else:
+            lines += later
         self._fstab.write_text("\n".join(lines) + "\n")
 
     def _command_line(
@@ -849,7 +920,18 @@ class LocalSandbox:
         else:
             mount = q(self._mount or "mount")
             cwd = WORKSPACE if self._fstab_has_workspace else ws_host
-            setup.append(f"{mount} -a -T {q(str(self._fstab))}")
+            mounts = f"{mount} -a -T {q(str(self._fstab))}"
+            if self._tmpfs_views:
+                # the folders X-mount.mkdir makes on the way to a re-exposed path must be 0755 whatever the
+                # runner's umask (a subshell: the command keeps its own); a file needs an empty file to bind onto
+                steps = ["umask 022", mounts]
+                if self._fstab_later is not None:
+                    parents = " ".join(q(str(f.parent)) for f in self._fstab_files)
+                    steps.append(f"{q(_which('mkdir') or 'mkdir')} -p -- {parents}")
+                    steps += [f": > {q(str(f))}" for f in self._fstab_files]
+                    steps.append(f"{mount} -a -T {q(str(self._fstab_later))}")
+                mounts = f"( {' && '.join(steps)} )"
+            setup.append(mounts)
             setup.append(f"{mount} -o remount,bind,ro /")
             if self._ip:
                 setup.append(f"{q(self._ip)} link set lo up")

@@ -6,13 +6,16 @@ would let its packages leak in (pytest auto-loads every installed plugin: hydra'
 `task_python()` builds, once per interpreter and pytest version, a small venv of the same base
 interpreter holding only the distributions pytest needs (copied file by file from the installed
 ones, so no network is needed), under ~/.cache/spectune/task-python (or $SPECTUNE_TASK_PYTHON_DIR).
-Both sandboxes put its `bin` first on PATH and make it and the base interpreter visible read-only.
+Both sandboxes put its `bin` first on PATH and make it and the base interpreter visible read-only,
+at their own paths: also under /tmp (a cache there), which commands see as a fresh private tmpfs
+holding only those read-only paths (`note_private_tmpfs` says so once per process).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata as metadata
+import logging
 import os
 import shutil
 import subprocess
@@ -27,9 +30,12 @@ from packaging.requirements import Requirement
 from common.cache import cache_root
 from tasks.sandbox.base import SandboxError
 
+log = logging.getLogger("spectune.sandbox")
+
 TASK_PACKAGES = ("pytest",)  # what every task needs; their requirements come along
 ENV_VAR = "SPECTUNE_TASK_PYTHON_DIR"
 _LAYOUT_VERSION = "5"  # bump when the way the venv is built changes
+_NOTED: list[Path] = []  # the task environment note_private_tmpfs spoke of (once per process)
 
 
 @dataclass(frozen=True)
@@ -135,3 +141,21 @@ def task_python() -> TaskPython:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return env
+
+
+def note_private_tmpfs(env: TaskPython, private_dirs: tuple[str, ...]) -> None:
+    """Say once per process where the task environment is when it lies under a dir commands see as a private tmpfs."""
+    real = os.path.realpath(env.root)
+    under = [d for d in private_dirs if real == d or real.startswith(d.rstrip("/") + "/")]
+    if not under or _NOTED:
+        return
+    _NOTED.append(env.root)
+    # a warning, not info: the entry points leave logging unconfigured, and Python's last-resort handler
+    # prints warnings as one bare line (the way engine/forward_plan.py says its notes)
+    log.warning(
+        "note: the task Python is %s, under %s: sandboxed commands see it read-only at that path, in an otherwise "
+        "empty private %s",
+        real,
+        under[0],
+        under[0],
+    )
