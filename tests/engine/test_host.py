@@ -7,6 +7,7 @@ raises instead of running. On an AVX2-only host they hold as they are.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -73,14 +74,15 @@ def test_cpuinfo_is_read_on_x86_and_arm():
 
 
 def test_narrowing_takes_features_away_and_never_adds_one(as_host):
-    real = probe()
+    _, cpu = cpu_flags()  # the CPU's own flags, whatever $SPECTUNE_CPU_FEATURES this run was started with
     host = as_host(AVX2 + ",avx512_fp99")
-    assert host.flags <= real.flags and "avx512_fp99" not in host.flags
+    assert host.flags == cpu & {"avx2", "fma", "f16c"} and "avx512_fp99" not in host.flags
     assert not host.onednn_bf16 and not host.bf16_native
-    assert host.narrowed == (not real.flags <= {"avx2", "fma", "f16c"})
-    assert "\n" not in host.describe() and host.describe().startswith(real.cpu)
-    if host.narrowed:
-        assert host.key() != real.key()
+    assert host.narrowed == (not cpu <= {"avx2", "fma", "f16c"})
+    assert "\n" not in host.describe() and host.describe().startswith(host.cpu)
+    # another set of flags (or a narrowed probe) is another machine for every cache keyed by it
+    wider = dataclasses.replace(host, flags=host.flags | {"avx512bw"}, narrowed=False)
+    assert len({host.key(), wider.key(), dataclasses.replace(wider, narrowed=True).key()}) == 3
 
 
 def test_on_an_avx2_host_auto_keeps_bf16_off_onednn_and_a_forced_onednn_is_one_line(as_host):
@@ -127,9 +129,9 @@ def test_auto_dtype_keeps_bf16_only_where_it_is_native(as_host):
 def test_the_plan_cache_is_keyed_by_the_host_and_distrusts_a_kernel_it_cannot_run(tmp_path, monkeypatch, as_host):
     monkeypatch.setenv("SPECTUNE_FORWARD_PLANS", str(tmp_path / "plans.json"))
     model = random_model("llama", seed=3, dtype=torch.float32, hidden=128).model.to(torch.bfloat16)
-    real_key = machine_key(model)
+    real_key, real_host = machine_key(model), probe().key()
     host = as_host(AVX2)
-    assert (machine_key(model) != real_key) == host.narrowed
+    assert (machine_key(model) != real_key) == (host.key() != real_host)
     # a file copied from a host that ran oneDNN bf16, under this host's key: not trusted, measured again
     copied = LinearPlan.uniform("onednn").to_dict()
     (tmp_path / "plans.json").write_text(json.dumps({f"{machine_key(model)}|static torch": copied}))

@@ -13,17 +13,18 @@ from engine.eagle3 import Eagle3MismatchError, load_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.loading import load_model
 from engine.testing import random_model
+from tests.training.conftest import seeded_work
 from training import eagle3 as trainer
 
 BUNDLED_TARGET = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny" / "target"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trained(tmp_path_factory: pytest.TempPathFactory, quick_trajectories: Path) -> Path:
     """The head folder after one quick training run on the target's own trajectories (2 per split)."""
     root = tmp_path_factory.mktemp("eagle3-quick")
-    head = root / "eagle3"
-    argv = ["--target", str(BUNDLED_TARGET), "--out", str(head), "--work", str(root / "work"), "--quick"]
+    head, work = root / "eagle3", seeded_work(quick_trajectories, root / "work")
+    argv = ["--target", str(BUNDLED_TARGET), "--out", str(head), "--work", str(work), "--quick"]
     argv += ["--draft-vocab", "256", "--layers", "1", "2", "3", "--threads", "1"]
     assert trainer.main(argv) == 0
     return head

@@ -11,17 +11,18 @@ import torch
 from engine.loading import load_model
 from engine.mtp import MtpMismatchError, load_mtp
 from engine.testing import random_model
+from tests.training.conftest import seeded_work
 from training import mtp as trainer
 
 BUNDLED_TARGET = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny" / "target"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def trained(tmp_path_factory: pytest.TempPathFactory, quick_trajectories: Path) -> tuple[Path, Path]:
     """(target folder, MTP folder) after one quick training run on the target's own trajectories (2 per split)."""
     root = tmp_path_factory.mktemp("mtp-quick")
-    mtp = root / "mtp"
-    argv = ["--target", str(BUNDLED_TARGET), "--out", str(mtp), "--work", str(root / "work"), "--quick"]
+    mtp, work = root / "mtp", seeded_work(quick_trajectories, root / "work")
+    argv = ["--target", str(BUNDLED_TARGET), "--out", str(mtp), "--work", str(work), "--quick"]
     argv += ["--draft-vocab", "256", "--threads", "1"]
     assert trainer.main(argv) == 0
     return BUNDLED_TARGET, mtp
