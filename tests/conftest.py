@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from engine.forward import path_refusal
 from engine.host import probe
@@ -82,3 +85,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line(f"host: {probe().describe()}")
         for reason, count in sorted(lacking.items()):
             terminalreporter.write_line(f"{count:4d}  {reason}")
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """A folder `build` fills once for this whole test run, xdist's workers included; returns the folder.
+
+    Session fixtures that make something slow (trajectories, GGUF files) make it once per run, not once per
+    worker: the first worker to come holds the lock and builds, the others wait and reuse the folder. Without
+    xdist it lies in the session's own temp folder; a build that failed half-way is started afresh.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's basetemp lies in the run's own folder
+        base = base.parent
+    folder, done = base / name, base / f"{name}.done"
+    with FileLock(str(base / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            done.touch()
+    return folder

@@ -16,6 +16,7 @@ from serving.eagle3_gguf import eagle3_gguf
 from serving.gguf import converter_dir, export_gguf
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.mtp_gguf import export_mtp_gguf
+from tests.conftest import built_once
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "spectune-tiny"
 REQUIRED = os.environ.get("SPECTUNE_REQUIRE_LLAMA", "") == "1"
@@ -38,11 +39,16 @@ def binary():
 def ggufs(binary, tmp_path_factory):
     """The bundled target and draft as f32 GGUF files, target + MTP module as one mimo2 GGUF and the bundled
     EAGLE-3 head as its own GGUF (once per session)."""
-    root = tmp_path_factory.mktemp("gguf")
-    files = {name: export_gguf(MODELS / name, root / f"{name}.gguf", "f32") for name in ("target", "draft")}
-    files["mtp"] = export_mtp_gguf(MODELS / "target", MODELS / "mtp", root / "mimo2.gguf", "f32")
-    files["eagle3"] = eagle3_gguf(MODELS / "eagle3", MODELS / "target", root / "eagle3.gguf", "f32")
-    return files
+    names = {"target": "target.gguf", "draft": "draft.gguf", "mtp": "mimo2.gguf", "eagle3": "eagle3.gguf"}
+
+    def convert(root: Path) -> None:
+        for name in ("target", "draft"):
+            export_gguf(MODELS / name, root / names[name], "f32")
+        export_mtp_gguf(MODELS / "target", MODELS / "mtp", root / names["mtp"], "f32")
+        eagle3_gguf(MODELS / "eagle3", MODELS / "target", root / names["eagle3"], "f32")
+
+    root = built_once(tmp_path_factory, "gguf", convert)  # once per run: xdist's workers share the files
+    return {name: root / file for name, file in names.items()}
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +56,8 @@ def dflash_gguf(binary, tmp_path_factory):
     """A random DFlash draft for the bundled target as GGUF (tests/serving/dflash_draft.py), once per session."""
     from tests.serving.dflash_draft import random_dflash_gguf
 
-    return random_dflash_gguf(MODELS / "target", tmp_path_factory.mktemp("dflash"))
+    folder = built_once(tmp_path_factory, "dflash", lambda root: random_dflash_gguf(MODELS / "target", root))
+    return folder / "dflash.gguf"  # random_dflash_gguf's file name
 
 
 def server_pids(marker: str) -> list[int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import built_once
 from training import build
 from training.mtp_data import target_trajectories
 
@@ -26,11 +27,14 @@ def quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def quick_trajectories(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A work folder holding the bundled target's --quick trajectories of every split (one eval run per split)."""
-    work = tmp_path_factory.mktemp("target-trajectories")
-    for split in ("train", "dev", "test"):
-        target_trajectories(str(BUNDLED_TARGET), split, work, QUICK_LIMIT, log=lambda _: None)
-    return work
+    """A work folder holding the bundled target's --quick trajectories of every split (one eval run per split,
+    once per test run: xdist's workers share it)."""
+
+    def run(work: Path) -> None:
+        for split in ("train", "dev", "test"):
+            target_trajectories(str(BUNDLED_TARGET), split, work, QUICK_LIMIT, log=lambda _: None)
+
+    return built_once(tmp_path_factory, "target-trajectories", run)
 
 
 def seeded_work(quick_trajectories: Path, work: Path) -> Path:
