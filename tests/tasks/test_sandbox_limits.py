@@ -34,14 +34,6 @@ def _limits(kind: str, memory: str, workspace: str) -> dict:
     return {"memory": memory, "workspace_size": workspace}  # the same option names and units in both
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_text("hello\n")
-    return src
-
-
 @pytest.mark.parametrize("kind", SANDBOX_KINDS)
 def test_memory_of_the_whole_command_is_capped(kind, source):
     factory = sandbox_factory_or_skip(kind, **_limits(kind, "64m", "64m"))

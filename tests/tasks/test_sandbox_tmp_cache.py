@@ -64,14 +64,6 @@ def cache(built_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return built_cache
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_text("hello\n")
-    return src
-
-
 def _namespaces_or_skip(sb: LocalSandbox) -> None:
     if sb.isolation == "none":
         pytest.skip(f"no mount namespace here, so no private /tmp: {sb.warnings}")
