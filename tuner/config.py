@@ -55,7 +55,7 @@ class TunerConf:
     confirm_repeats: int = 3  # repeats of the confirmation (>= 3 for a spread)
     bootstrap_resamples: int = 2000  # resamples of the confirmation's and each trial's interval over tasks
     measure: str = "auto"  # auto: replay recorded turns where exact and greedy, else live | replay | live
-    clock: str = "auto"  # auto (cpu on a 1-thread CPU run, else wall) | wall | cpu: what generation time is read on
+    clock: str = "auto"  # auto (cpu: 1-thread CPU run of the engine; else wall) | wall | cpu: generation timing
     revisit: str = "skip"  # a parameter set measured before: skip (reuse its value) | repeat (pool more repeats)
     serve: Any = None  # null: every server | a server name or list (llama-server, vllm, sglang): only what they run
     min_speedup: float = 1.0  # export speculation ON only when the confirmed interval's lower end exceeds this

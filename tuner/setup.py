@@ -179,11 +179,19 @@ def serve_list(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def resolve_clock(setting: str, device: str) -> str:
-    """`tuner.clock=auto`: CPU seconds of the generating thread when one CPU thread does all the generating (under
-    contention they barely move while wall time grows; `python -m bench` numbers in the README), else wall time
-    (several compute threads spin-wait for each other, so CPU time inflates with contention too; on a GPU the
-    generating thread mostly waits)."""
+def resolve_clock(setting: str, device: str, decodes_in_process: bool = True) -> str:
+    """`tuner.clock=auto`: CPU seconds of the generating thread when one CPU thread of this process does all the
+    generating (under contention they barely move while wall time grows; `python -m bench` numbers in the README),
+    else wall time (several compute threads spin-wait for each other, so CPU time inflates with contention too; on
+    a GPU the generating thread mostly waits; a server decodes in its own process, which no clock of this one
+    sees). ValueError for `cpu` where another process decodes: every candidate would read the same ~1.000x."""
+    if not decodes_in_process:
+        if setting == "cpu":
+            raise ValueError(
+                "tuner.clock=cpu reads this process's CPU seconds, but with this engine.backend another process "
+                "(the server) does the decoding, so every speedup would read ~1.000x; use tuner.clock=wall (or auto)"
+            )
+        return "wall"
     if setting != "auto":
         return setting
     return "cpu" if device == "cpu" and torch.get_num_threads() == 1 else "wall"
@@ -203,6 +211,7 @@ def check(cfg: DictConfig) -> EngineConfig:
         raise ValueError(f"study.heartbeat_interval must be >= 1 s, got {s.heartbeat_interval}")
     _choice(t.measure, MEASURES, "tuner.measure")
     _choice(t.clock, ("auto", *CLOCKS), "tuner.clock")
+    resolve_clock(t.clock, "cpu", backend_class(cfg.engine.backend).decodes_in_process)  # a cpu clock for a server
     _choice(t.revisit, REVISITS, "tuner.revisit")
     _choice(s.pruner, PRUNERS, "study.pruner")
     _choice(s.sampler, SAMPLERS, "study.sampler")
@@ -328,7 +337,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
             confirm_repeats=t.confirm_repeats,
             bootstrap_resamples=t.bootstrap_resamples,
             measure=t.measure,
-            clock=resolve_clock(t.clock, models.target.device.type),
+            clock=resolve_clock(t.clock, models.target.device.type, backend.decodes_in_process),
             revisit=t.revisit,
             serve=serve,
             min_speedup=float(t.min_speedup),

@@ -22,6 +22,7 @@ class EngineBackend:
     peak_memory_label: ClassVar[str | None] = None
     export_target: ClassVar[str | None] = None  # runs spectune's own configuration, no server's flags
     fingerprinted: ClassVar[bool] = False  # studies made before backends existed keep their fingerprint
+    decodes_in_process: ClassVar[bool] = True  # the generating thread is this process's own
 
     def __init__(self, engine: Engine, concurrency: int = 1) -> None:
         self.engine = engine

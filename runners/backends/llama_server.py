@@ -67,6 +67,7 @@ class ServerBackend:
     peak_memory_label: ClassVar[str | None] = "peak memory (llama-server's resident set)"
     export_target: ClassVar[str | None] = exporter.TARGET
     fingerprinted: ClassVar[bool] = True
+    decodes_in_process: ClassVar[bool] = False  # the server decodes: this process's CPU clock only sees it waiting
 
     def __init__(
         self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int], concurrency: int = 1

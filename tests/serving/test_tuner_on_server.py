@@ -31,6 +31,10 @@ def test_a_study_on_llama_server_measures_there_and_exports_what_it_measured(bin
     root = tmp_path / "runs" / "t"
     rows = [json.loads(line) for line in (root / "trials.jsonl").read_text().splitlines()]
     assert [r["state"] for r in rows] == ["COMPLETE"] * 3
+    # timed on the wall clock, which sees the server decode: on this process's cpu clock (what auto read before,
+    # with one torch thread) every candidate came out at ~1.000x and the winner was arbitrary
+    assert {r["user_attrs"]["clock"] for r in rows} == {"wall"}
+    assert any(round(r["user_attrs"]["speedup"], 3) != 1.0 for r in rows[1:])
     for row in rows[1:]:
         attrs = row["user_attrs"]
         assert attrs["engine"]["backend"] == "llama-server"

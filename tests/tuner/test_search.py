@@ -10,9 +10,11 @@ import statistics
 
 import optuna
 import pytest
+import torch
 
 from engine.drafters.ngram import NgramDrafter
 from tuner.search import execute
+from tuner.setup import resolve_clock
 
 
 def _trials(root):
@@ -217,6 +219,21 @@ def test_bad_tuner_values_fail_before_anything_loads(tune):
     ):
         with pytest.raises(ValueError, match=text):
             execute(tune(override))
+
+
+def test_a_server_backend_is_timed_on_the_wall_clock_and_a_cpu_clock_is_refused(tune):
+    """The server decodes in its own process: this one's CPU seconds would read ~1.000x for every candidate."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # where auto reads the cpu clock for the engine
+        assert resolve_clock("auto", "cpu") == "cpu"
+        assert resolve_clock("auto", "cpu", decodes_in_process=False) == "wall"
+    finally:
+        torch.set_num_threads(threads)
+    assert resolve_clock("wall", "cpu", decodes_in_process=False) == "wall"
+    with pytest.raises(ValueError) as refused:  # before anything loads: no model, no server binary needed
+        execute(tune("engine.backend=llama-server", "space=llama-server", "tuner.clock=cpu"))
+    assert "\n" not in str(refused.value) and "use tuner.clock=wall (or auto)" in str(refused.value)
 
 
 def test_serve_names_the_servers_and_tuner_finish_finishes_a_study_explicitly(tune, tmp_path):
