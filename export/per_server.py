@@ -82,18 +82,20 @@ def _decision_lines(target: str, decision: dict[str, Any], engine: dict[str, Any
     return lines
 
 
-def write_target(out_dir: Path, target: str, record: ExportRecord | None, decision: dict[str, Any]) -> list[Path]:
+def write_target(
+    out_dir: Path, target: str, record: ExportRecord | None, decision: dict[str, Any], final_dir: Path | None = None
+) -> list[Path]:
     """One target's folder: its server file (ON or OFF as decided), spectune.yaml of the winner, README.md.
 
     `record` is the winner's export record (None when the target has no feasible winner: only OFF is written,
-    from `decision["off_record"]`).
+    from `decision["off_record"]`); `final_dir` is where the folder will be once swapped in (default out_dir).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     engine = None if record is None else _engine_dict(record.engine)
     rows: list[Mapping] = []
     if record is not None:
-        paths.append(spectune_yaml.write(out_dir, record))
+        paths.append(spectune_yaml.write(out_dir, record, final_dir))
     base = record if record is not None else decision["off_record"]
     if target != SPECTUNE:
         chosen = base if (decision["on"] and record is not None) else off(base)

@@ -44,8 +44,9 @@ def render(record: ExportRecord, folder: Path) -> str:
     return "\n".join(header) + "\n" + body
 
 
-def write(out_dir: Path, record: ExportRecord) -> Path:
-    """Write spectune.yaml into out_dir."""
+def write(out_dir: Path, record: ExportRecord, final_dir: Path | None = None) -> Path:
+    """Write spectune.yaml into out_dir; its rerun command names `final_dir`, where the folder will live (default:
+    out_dir itself; a study writes best/ beside and swaps it in, so the command must name best/, not the draft)."""
     path = out_dir / FILE
-    write_atomic(path, render(record, out_dir))
+    write_atomic(path, render(record, final_dir or out_dir))
     return path

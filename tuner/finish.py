@@ -318,7 +318,8 @@ def _write_best(
         if winner.trial is not None:
             record = export_record(setup, winner.trial, confirmations.get(winner.trial.number))
         data = {**decision.to_dict(), "off_record": off_export_record(setup)}
-        paths += write_target(fresh / folder_name(target), target, record, data)
+        folder = folder_name(target)
+        paths += write_target(fresh / folder, target, record, data, final_dir=best_dir / folder)
         rows.append(
             {
                 "target": target,

@@ -116,9 +116,10 @@ class TuneSetup:
         data["engine"] = asdict(engine)
         t = self.tuner
         data["task"].update(split=t.confirm_split, limit=t.confirm_limit, subset="spread")
-        data["run"].update(name=f"{self.study.name}-confirmed", repeats=t.confirm_repeats)
-        for key in ("resume", "overwrite"):  # a rerun starts a run of its own
-            data["run"].pop(key, None)
+        # a rerun starts a run of its own (the runner reads both keys: dropping them made the rerun crash)
+        data["run"].update(
+            name=f"{self.study.name}-confirmed", repeats=t.confirm_repeats, resume=False, overwrite=False
+        )
         return data
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import subprocess
 
 import optuna
 import pytest
 import torch
 
 from engine.drafters.ngram import NgramDrafter
+from tests.tuner.conftest import PROJECT
 from tuner.search import execute
 from tuner.setup import resolve_clock
 
@@ -73,6 +75,15 @@ def test_study_records_off_once_pairs_every_trial_confirms_and_exports_per_serve
     index = (root / "best" / "README.md").read_text()
     assert all(f"| {target} | {'ON' if d['on'] else 'OFF'} " in index for target, d in winners.items())
     assert {p.name for p in (root / "plots").iterdir()} >= {"optimization_history.png", "seconds_vs_memory.png"}
+
+    # spectune.yaml's rerun command works as printed: it names best/ (not the folder best/ was drafted in) and the
+    # runner takes every key of the saved config (run.resume and run.overwrite included)
+    header = (root / "best" / "spectune" / "spectune.yaml").read_text().splitlines()[2]
+    command = header.removeprefix("#   ")
+    assert f"--config-path {(root / 'best' / 'spectune').resolve()} " in command and ".new" not in command
+    rerun = subprocess.run(command, shell=True, cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert (tmp_path / "runs" / "t-confirmed" / "summary.json").is_file()
 
     # Same command, same study: nothing re-measured, nothing lost, the confirmation reused.
     again = execute(cfg)
