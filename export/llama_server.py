@@ -39,6 +39,7 @@ that source, not in older docs:
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ from export.record import (
 from export.table import LLAMA, Builder, Files, dispatch, no_equivalent, way
 
 FILE = "llama-server.args"
+RUN_FILE = "run.sh"  # starts the server with the args file's flags, as written
 TARGET = LLAMA
 # The engine.backend that measures a configuration in a real llama-server started with exactly these flags
 # (runners/backends/llama_server.py registers under this name); export/ names it here, below runners/.
@@ -639,7 +641,7 @@ def render(flags: list[Flag], rows: list[Mapping]) -> str:
     """The file text: comment lines (#), then one flag per line."""
     lines = [
         f"# llama-server flags exported by spectune; target build: {BUILD}",
-        "# one flag per line, '#' lines are comments; run: llama-server $(grep -v '^#' llama-server.args)",
+        f"# one flag per line, '#' lines are comments; run them as written: sh {RUN_FILE} (beside this file)",
         "# <...-gguf-of:PATH> placeholders: llama-server loads GGUF files; convert PATH with convert_hf_to_gguf.py",
         "# (python -m serving.gguf); <mimo2-gguf-of:TARGET+MTP>: python -m serving.mtp_gguf --target TARGET --mtp MTP;",
         "# <eagle3-gguf-of:TARGET+HEAD>: python -m serving.eagle3_gguf --target TARGET --head HEAD --out HEAD.gguf;",
@@ -650,9 +652,46 @@ def render(flags: list[Flag], rows: list[Mapping]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
-    """Write llama-server.args into out_dir; returns its path and the Mapping rows."""
+def render_run(flags: list[Flag], binary: str | None) -> str:
+    """run.sh: the server started with exactly `flags`, each word quoted (a path may hold spaces), on `binary`.
+
+    $LLAMA_SERVER names another binary; extra arguments go to the server after the exported ones (llama.cpp
+    takes a flag's last value). A GGUF placeholder left in the flags stops it with the conversion to make first.
+    """
+    words = argv(flags)
+    found = binary or "llama-server"
+    where = (
+        "the binary the study measured or found"
+        if binary
+        else "none was found when this was written (python -m serving.llama_install builds the pinned one): "
+        "llama-server on PATH"
+    )
+    lines = [
+        "#!/bin/sh",
+        f"# llama-server with exactly the flags of {FILE} (spectune's export); target build: {BUILD}",
+        f"# binary: {where}; another: LLAMA_SERVER=/path/to/llama-server sh {RUN_FILE}",
+        f"# more server flags after the exported ones, e.g.: sh {RUN_FILE} --host 127.0.0.1 --port 8080",
+        "set -e",
+    ]
+    missing = [w for w in words if w.startswith("<") and w.endswith(">")]
+    if missing:
+        say = f"{RUN_FILE}: {FILE} still names {', '.join(missing)}: make that GGUF first (see {FILE}'s comments)"
+        lines += [f"echo {shlex.quote(say)} >&2", "exit 2"]
+    lines += [
+        "server=${LLAMA_SERVER:-}",
+        f'[ -n "$server" ] || server={shlex.quote(found)}',
+        'exec "$server" \\',
+        *(f"  {shlex.quote(word)} \\" for word in words),
+        '  "$@"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir: Path, record: ExportRecord) -> tuple[list[Path], list[Mapping]]:
+    """Write llama-server.args and run.sh (executable) into out_dir; returns their paths and the Mapping rows."""
     flags, rows = build(record)
-    path = out_dir / FILE
+    path, script = out_dir / FILE, out_dir / RUN_FILE
     write_atomic(path, render(flags, rows))
-    return path, rows
+    write_atomic(script, render_run(flags, record.server_binary))
+    script.chmod(0o755)
+    return [path, script], rows

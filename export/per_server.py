@@ -99,8 +99,8 @@ def write_target(
     base = record if record is not None else decision["off_record"]
     if target != SPECTUNE:
         chosen = base if (decision["on"] and record is not None) else off(base)
-        path, rows = SERVERS[target].write(out_dir, chosen)
-        paths.append(path)
+        written, rows = SERVERS[target].write(out_dir, chosen)
+        paths += written
         if record is not None and chosen is not record:  # OFF: still show how the best it could run maps
             _, rows = SERVERS[target].build(record)
     elif record is not None:

@@ -38,6 +38,8 @@ class ExportRecord:
     eagle3_gguf: str | None = None
     # A DFlash / DSpark draft GGUF the user brought (server.dflash_gguf), for drafters dflash and dspark
     dflash_gguf: str | None = None
+    # The llama-server binary the study measured (engine.backend=llama-server) or found; None: none was known
+    server_binary: str | None = None
 
 
 @dataclass(frozen=True)

@@ -397,8 +397,8 @@ def render(record: ExportRecord, flags: list[Flag], rows: list[Mapping]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
-    """Write sglang.args into out_dir (and the EAGLE-3 head's SGLang copy); returns its path and the Mapping rows."""
+def write(out_dir: Path, record: ExportRecord) -> tuple[list[Path], list[Mapping]]:
+    """Write sglang.args into out_dir (and the EAGLE-3 head's SGLang copy); returns [its path] and the Mapping rows."""
     folder = Path(out_dir).resolve() / HEAD_DIR
     flags, rows = build_at(record, record.concurrency, str(folder))
     head = read_eagle3_head(record.eagle3) if record.engine.drafter == "eagle3" and flags else None
@@ -406,4 +406,4 @@ def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
         write_head_copy(folder, head)
     path = out_dir / FILE
     write_atomic(path, render(record, flags, rows))
-    return path, rows
+    return [path], rows

@@ -378,9 +378,9 @@ def _table_row(table: list[list[int]], best: PerLevel, levels: list[int], spec: 
     return _row(setting, APPROXIMATE, reason)
 
 
-def write(out_dir: Path, record: ExportRecord) -> tuple[Path, list[Mapping]]:
-    """Write vllm-speculative-config.json into out_dir; returns its path and the Mapping rows."""
+def write(out_dir: Path, record: ExportRecord) -> tuple[list[Path], list[Mapping]]:
+    """Write vllm-speculative-config.json into out_dir; returns [its path] and the Mapping rows."""
     config, rows = build(record)
     path = out_dir / FILE
     write_atomic(path, dumps_strict(config))
-    return path, rows
+    return [path], rows

@@ -7,7 +7,7 @@ from pathlib import Path
 from export import llama_server, readme, sglang, spectune_yaml, vllm
 from export.record import ExportRecord, Mapping
 
-SERVER_WRITERS = (llama_server, vllm, sglang)  # each writes one file and returns its Mapping rows
+SERVER_WRITERS = (llama_server, vllm, sglang)  # each writes its files and returns them with its Mapping rows
 
 
 def write_exports(out_dir: Path, record: ExportRecord) -> list[Path]:
@@ -17,8 +17,8 @@ def write_exports(out_dir: Path, record: ExportRecord) -> list[Path]:
     paths = [spectune_yaml.write(out_dir, record)]
     rows: list[Mapping] = []
     for writer in SERVER_WRITERS:
-        path, more = writer.write(out_dir, record)
-        paths.append(path)
+        written, more = writer.write(out_dir, record)
+        paths += written
         rows += more
     paths.append(readme.write(out_dir, record, rows))
     return paths

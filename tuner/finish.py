@@ -44,6 +44,7 @@ from runners.interrupt import GracefulStop, until_stopped
 from runners.provenance import provenance
 from runners.report import table_console
 from runners.tracking import finish_or_report
+from serving.llama_binary import LlamaServerMissing, find_llama_server
 from tasks.sandbox.owner import is_alive, owner_token
 from tuner import study as studies
 from tuner.baseline import load_baseline
@@ -192,6 +193,16 @@ def confirmation_for(setup: TuneSetup, trial: FrozenTrial, stop: GracefulStop, c
     return result
 
 
+def server_binary(setup: TuneSetup) -> str | None:
+    """The llama-server run.sh starts: the one a llama-server study measured, else the one found here, else None."""
+    if setup.server is not None:
+        return str(setup.server.binary.path)
+    try:
+        return str(find_llama_server().path)
+    except LlamaServerMissing:
+        return None  # run.sh then names llama-server on PATH and says how to build the pinned one
+
+
 def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, Any] | None) -> ExportRecord:
     """What the exporters need about a winning trial."""
     engine = EngineConfig(**trial.user_attrs["engine"])
@@ -219,6 +230,7 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         cost_ratios=trial.user_attrs.get("cost_ratios"),
         composed_config=setup.runner_config(engine),
         concurrency=setup.tuner.concurrency,
+        server_binary=server_binary(setup),
     )
 
 
@@ -237,6 +249,7 @@ def off_export_record(setup: TuneSetup) -> ExportRecord:
         cost_ratios=None,
         composed_config=setup.runner_config(setup.base),
         concurrency=setup.tuner.concurrency,
+        server_binary=server_binary(setup),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from export import ExportRecord, Mapping, keys, llama_server, readme, sglang, sp
 from export.fit import server_fit
 from export.record import FITS
 
-FILES = (spectune_yaml.FILE, llama_server.FILE, vllm.FILE, sglang.FILE, readme.FILE)
+FILES = (spectune_yaml.FILE, llama_server.FILE, llama_server.RUN_FILE, vllm.FILE, sglang.FILE, readme.FILE)
 TARGET, DRAFT = "models/spectune-tiny/target", "models/spectune-tiny/draft"
 CONFIRMED = {
     "speedup": 1.374,
@@ -107,6 +108,40 @@ def test_every_file_is_written(exported):
     _, out, paths = exported
     assert [p.name for p in paths] == list(FILES)
     assert all(p.parent == out and p.is_file() and p.stat().st_size > 0 for p in paths)
+
+
+def test_run_sh_starts_the_binary_with_exactly_the_files_flags_each_word_intact(tmp_path):
+    """A stand-in binary prints the words it got: the args file's flags in order, a path with a space kept whole,
+    the extra arguments last; $LLAMA_SERVER picks another binary; a placeholder stops it before anything runs."""
+    fake = tmp_path / "bin dir" / "llama-server"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor word in "$@"; do echo "$word"; done\n')
+    fake.chmod(0o755)
+    target = tmp_path / "my models" / "target q8.gguf"
+    record = make_record(EngineConfig(drafter="ngram", gamma=3), target=str(target), server_binary=str(fake))
+    out = tmp_path / "best"
+    write_exports(out, record)
+    script = out / llama_server.RUN_FILE
+    assert script.stat().st_mode & 0o111  # executable
+    ran = subprocess.run([str(script), "--port", "8080"], capture_output=True, text=True, timeout=30, check=True)
+    words = [w for name, value in flag_lines(out / llama_server.FILE) for w in (name, value) if w is not None]
+    assert ran.stdout.splitlines() == [*words, "--port", "8080"] and str(target) in words
+    other = tmp_path / "other"
+    other.write_text('#!/bin/sh\necho other "$1" "$2"\n')
+    other.chmod(0o755)
+    again = subprocess.run(
+        ["sh", str(script)], capture_output=True, text=True, timeout=30, env={"LLAMA_SERVER": str(other)}
+    )
+    assert again.stdout == f"other -m {target}\n"
+    # the bundled folder, not a GGUF: the args file holds a placeholder, and run.sh says what to make first
+    write_exports(
+        tmp_path / "unconverted", make_record(EngineConfig(drafter="ngram", gamma=3), server_binary=str(fake))
+    )
+    refused = subprocess.run(
+        ["sh", str(tmp_path / "unconverted" / llama_server.RUN_FILE)], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("run.sh: llama-server.args still names <target-gguf-of:")
 
 
 def test_vllm_keys_are_pinned_speculative_config_fields(exported):

@@ -8,12 +8,20 @@ absent where it says `--spec-type none`. Needs the binary (tests/serving/conftes
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
 import pytest
 
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export import llama_server, write_exports
-from serving.llama_server import LlamaServer
+from serving.llama_server import LlamaServer, free_port
 from tests.export.test_export import CASES, make_record
 from tests.serving.test_llama_server import MODELS
 
@@ -111,3 +119,41 @@ def test_per_level_exports_start_llama_server_with_a_slot_per_agent(binary, gguf
             assert len(reply["tokens"]) > 0
             drafted = reply["timings"].get("draft_n", 0)
             assert drafted > 0 if best[level] is not None else drafted == 0, (level, args)
+
+
+def test_run_sh_starts_the_measured_binary_with_the_exported_flags_and_it_drafts(
+    binary, ggufs, repetitive_prompt, tmp_path
+):
+    """best/llama-server/run.sh as written: the binary named inside, the real GGUF, drafting on; nothing outlives it."""
+    record = make_record(EngineConfig(drafter="ngram", gamma=3), target=str(ggufs["target"]))
+    record.server_binary = str(binary.path)
+    write_exports(tmp_path / "best", record)
+    script = tmp_path / "best" / llama_server.RUN_FILE
+    assert str(binary.path) in script.read_text()
+    port = free_port()
+    log = open(tmp_path / "run.log", "w")  # closed below, once the server is gone
+    process = subprocess.Popen(
+        [str(script), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: killed whole below
+    )
+    try:
+        body = json.dumps({"prompt": repetitive_prompt, "n_predict": 48}).encode()
+        reply = None
+        deadline = time.monotonic() + 120
+        while reply is None and time.monotonic() < deadline and process.poll() is None:
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/completion", data=body, headers={"Content-Type": "application/json"}
+                )
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    reply = json.loads(answer.read())
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.2)  # still loading
+        assert reply is not None, (tmp_path / "run.log").read_text()[-2000:]
+        assert reply["timings"]["draft_n"] > 0
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        log.close()

@@ -42,6 +42,7 @@ def test_a_study_on_llama_server_measures_there_and_exports_what_it_measured(bin
         assert attrs["diverged_tasks"] == [] and attrs["regressions"] == []
         assert attrs["cost_ratios"]["draft_over_verify"] is None  # the server times drafting inside R
     args = (root / "best" / "llama-server" / "llama-server.args").read_text()
+    assert str(binary.path) in (root / "best" / "llama-server" / "run.sh").read_text()  # the binary it measured
     on = summary["winners"]["llama-server"]["on"]
     assert f"-m {ggufs['target']}" in args and ("--spec-type ngram-simple" if on else "--spec-type none") in args
     assert "in a real llama-server" in (root / "best" / "llama-server" / "README.md").read_text()
