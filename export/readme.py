@@ -94,7 +94,7 @@ def _commands(record: ExportRecord, folder: Path) -> list[str]:
     return [
         f"- `{spectune_yaml.FILE}`: rerun the measurement in spectune:",
         f"  `{spectune_yaml.rerun_command(str(folder.resolve()))}`",
-        f"- `{llama_server.FILE}` ({llama_server.BUILD}): `llama-server $(grep -v '^#' {llama_server.FILE})`",
+        f"- `{llama_server.FILE}` ({llama_server.BUILD}): `sh {llama_server.RUN_FILE}` starts the server with it",
         f"- `{vllm.FILE}` ({vllm.VERSION}): `vllm serve {record.target}{context} --max-num-seqs "
         f"{record.concurrency}{spec}`",
         f"- `{sglang.FILE}` ({sglang.VERSION}): `{sglang.command(record)}`",
