@@ -185,7 +185,7 @@ def _looks_like_path(name: str) -> bool:
     return name.count("/") > 1 or Path(first).is_dir()
 
 
-def _local_folder(name: str) -> Path | None:
+def local_folder(name: str) -> Path | None:
     """The model folder `name` points to, None for a hub id, or ModelNotFoundError for a bad path."""
     path = Path(name).expanduser()
     if path.exists():
@@ -361,7 +361,7 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto", 
     """
     check_path(forward)
     torch_device = resolve_device(device)
-    folder = _local_folder(name_or_path)
+    folder = local_folder(name_or_path)
     torch_dtype = resolve_dtype(dtype, torch_device, _checkpoint_dtype(folder) if folder is not None else None)
     if folder is not None:
         weights = _check_folder_files(folder)

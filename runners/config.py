@@ -21,7 +21,9 @@ from engine.engine import EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
 from runners.backends import backend_class
-from serving.gguf import TYPES as GGUF_TYPES
+from runners.models import resolve_model_path
+from serving.gguf import ALL_TYPES as GGUF_TYPES
+from serving.gguf_file import is_gguf, read_gguf
 from tasks.suites import SUBSETS
 
 
@@ -85,7 +87,9 @@ class ServerConf:
     """The llama-server that `engine.backend=llama-server` measures on (the built-in engine ignores this)."""
 
     binary: str | None = None  # llama-server executable; null: $SPECTUNE_LLAMA_SERVER, spectune's build, PATH ...
-    gguf_type: str = "f32"  # f32 | f16 | bf16 | q8_0: how model.target / model.draft are converted (f32: exact)
+    # how model.target / model.draft are converted (f32: exact): f32 | f16 | bf16 | q8_0 by the converter, or a
+    # llama-quantize type (q4_k_m, q6_k, ...: serving/quantize.py QUANT_TYPES) made from the f32
+    gguf_type: str = "f32"
     target_gguf: str | None = None  # a GGUF of the target to use as is (null: convert model.target, cached)
     draft_gguf: str | None = None  # a GGUF of the draft to use as is (null: convert model.draft, cached)
     mtp_gguf: str | None = None  # target + MTP module as one mimo2 GGUF to use as is (null: serving.mtp_gguf, cached)
@@ -182,7 +186,13 @@ def check_config(cfg: Any) -> EngineConfig:
     if (isinstance(model, DictConfig) and OmegaConf.is_missing(model, "target")) or not model.target:
         raise ValueError(
             f"model.target is not set: model={model.name} needs model.target=/path/to/model-folder "
-            "(a local folder or a cached hub id; model.draft=... for engine=draft_model)"
+            "(a local folder or a cached hub id; with engine.backend=llama-server also a GGUF file: model=gguf "
+            "model.target=FILE.gguf; model.draft=... for engine=draft_model)"
+        )
+    if is_gguf(model.target) and backend_class(cfg.engine.backend).decodes_in_process:
+        raise ValueError(
+            f"model.target={model.target}: a GGUF file runs on engine.backend=llama-server only (the built-in "
+            "engine needs the Hugging Face folder); add engine.backend=llama-server"
         )
     if cfg.run.resume and cfg.run.overwrite:
         raise ValueError("run.resume=true and run.overwrite=true exclude each other; pass one of them")
@@ -207,14 +217,61 @@ def check_config(cfg: Any) -> EngineConfig:
     from engine.engine import Engine
 
     Engine.validate(candidate)  # option names and values, with the allowed ones in the message
-    if drafter_needs(candidate.drafter).eagle3 and not cfg.model.get("eagle3"):
+    needs = drafter_needs(candidate.drafter)
+    heads = available_heads(cfg) if needs.eagle3 or needs.mtp else None  # a GGUF target's metadata is read
+    if needs.eagle3 and not (heads and heads.eagle3):
         raise ValueError(
             f"engine.drafter={candidate.drafter} needs an EAGLE-3 head: model={cfg.model.name} has model.eagle3=null "
-            "(pass model.eagle3=DIR; python -m training.eagle3 --target DIR --out DIR trains one)"
+            "(pass model.eagle3=DIR; python -m training.eagle3 --target DIR --out DIR trains one; on "
+            "engine.backend=llama-server server.eagle3_gguf=FILE)"
         )
-    if drafter_needs(candidate.drafter).mtp and not cfg.model.mtp:
+    if needs.mtp and not (heads and heads.mtp):
         raise ValueError(
             f"engine.drafter={candidate.drafter} needs MTP weights: model={cfg.model.name} has model.mtp=null "
-            "(pass model.mtp=DIR; python -m training.mtp --target DIR --out DIR trains one)"
+            "(pass model.mtp=DIR; python -m training.mtp --target DIR --out DIR trains one; on "
+            "engine.backend=llama-server a target GGUF with MTP layers, or server.mtp_gguf=FILE)"
         )
     return candidate
+
+
+@dataclass(frozen=True)
+class Heads:
+    """What a run can draft with besides n-grams: each True when its weights are there for the run's backend."""
+
+    draft: bool  # a draft model: model.draft, or server.draft_gguf on llama-server
+    mtp: bool  # MTP weights: model.mtp; on llama-server also server.mtp_gguf or the target GGUF's own MTP layers
+    eagle3: bool  # an EAGLE-3 head: model.eagle3, or server.eagle3_gguf on llama-server
+    server_draft: bool  # a DFlash / DSpark draft GGUF (server.dflash_gguf), llama-server only
+
+
+def target_gguf_file(cfg: Any) -> str | None:
+    """The GGUF the target runs as on llama-server when the user gave one: model.target=F.gguf or server.target_gguf."""
+    if is_gguf(cfg.model.target):
+        return str(cfg.model.target)
+    server = cfg.get("server")
+    return server.get("target_gguf") if server is not None else None
+
+
+def native_mtp_layers(cfg: Any) -> int:
+    """MTP layers inside the user's target GGUF (its <arch>.nextn_predict_layers); 0 without one or on builtin."""
+    if backend_class(cfg.engine.backend).decodes_in_process:
+        return 0
+    file = target_gguf_file(cfg)
+    if not file:
+        return 0
+    return read_gguf(resolve_model_path(file)).nextn_layers
+
+
+def available_heads(cfg: Any) -> Heads:
+    """Which drafters' weights the run has: model.* folders, and on llama-server the server.* files and the
+    target GGUF's native MTP layers (so a GGUF that carries MTP heads offers draft-mtp with nothing else)."""
+    model = cfg.model
+    server = cfg.get("server")
+    served = not backend_class(cfg.engine.backend).decodes_in_process and server is not None
+    file = (lambda key: bool(server.get(key))) if served else (lambda key: False)
+    return Heads(
+        draft=bool(model.get("draft")) or file("draft_gguf"),
+        mtp=bool(model.get("mtp")) or file("mtp_gguf") or native_mtp_layers(cfg) > 0,
+        eagle3=bool(model.get("eagle3")) or file("eagle3_gguf"),
+        server_draft=file("dflash_gguf"),
+    )

@@ -3,21 +3,34 @@
 `tiny` stands for a random-init target (and a smaller draft sharing its tokenizer) written by
 `engine.tiny` into a cache folder, so every command works on a fresh clone with no model hub.
 Anything else is a local folder or a cached hub id, loaded by `engine.loading.load_model`.
+
+A backend that decodes in another process (llama-server) gets no weights here at all (`weights=False`):
+the target is a `ServedModel`, its tokenizer and the facts the run needs (end ids, trained context). A
+GGUF file is such a target: its tokenizer the one the file names (serving.gguf_tokenizer: an embedded
+Hugging Face one, else llama.cpp's own), its facts the file's metadata (serving.gguf_file), so a llama.cpp
+user needs nothing besides the file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import torch
+from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from common.build_once import build_once
 from common.cache import cache_root
 from engine.eagle3 import Eagle3Module, load_eagle3
-from engine.loading import LoadedModel, load_model
+from engine.loading import LoadedModel, ModelFileError, load_model, local_folder
 from engine.mtp import MtpModule, load_mtp
 from engine.tiny import make_tiny_model
+from serving.gguf_file import is_gguf, read_gguf
+from serving.gguf_tokenizer import gguf_tokenizer
+from serving.llama_binary import find_llama_server
 
 TINY = "tiny"
 # Shapes of the tiny pair: the target is the benchmark's 4x256 model, the draft a 1x128 model.
@@ -44,11 +57,68 @@ def tiny_paths() -> tuple[Path, Path]:
     return target, draft
 
 
+@dataclass(eq=False)
+class ServedModel:
+    """A target that a server decodes: its tokenizer and facts, no weights in this process."""
+
+    tokenizer: Any  # the Hugging Face tokenizer of a folder, or a GGUF's own (serving.server_tokenizer)
+    path: str  # the folder or the GGUF file
+    eos_token_ids: set[int]  # every id that ends a generation
+    context_length: int | None  # the context the model was trained for (max_position_embeddings, GGUF metadata)
+    gguf: Path | None = None  # the GGUF file when the target is one
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where this process computes: nothing
+    model: None = None  # no weights: every consumer of `model` checks for a served target first
+    dtype: None = None
+
+    def describe_path(self) -> str:
+        """What decodes it, for provenance."""
+        return f"served (no weights in this process): {self.path}"
+
+
+def _end_ids(folder: Path, tokenizer: Any) -> set[int]:
+    """eos ids from config.json, generation_config.json and the tokenizer (engine.loading's rule, without weights)."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        file = folder / name
+        if file.is_file():
+            config = json.loads(file.read_text())
+            value = config.get("eos_token_id", (config.get("text_config") or {}).get("eos_token_id"))
+            ids |= {value} if isinstance(value, int) else {int(v) for v in value or ()}
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _trained_context(folder: Path) -> int | None:
+    config = json.loads((folder / "config.json").read_text())
+    text = config.get("text_config") or config
+    value = text.get("max_position_embeddings") or text.get("n_positions")
+    return int(value) if value else None
+
+
+def load_served(target: str, *, server_binary: str | None = None, log_dir: Path | None = None) -> ServedModel:
+    """The target of a served run without its weights: a GGUF file (its own tokenizer) or a model folder's tokenizer."""
+    if is_gguf(target):
+        info = read_gguf(target)  # GgufError (a ValueError) names the file
+        tokenizer = gguf_tokenizer(info.path, find_llama_server(server_binary), log_dir=log_dir)
+        return ServedModel(tokenizer, str(info.path), set(info.end_ids), info.context_length or None, info.path)
+    folder = local_folder(target)
+    if folder is None:
+        raise ValueError(
+            f"model.target={target!r}: a served run needs a GGUF file or a local model folder, not a hub id"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as exc:  # tokenizers raises plain Exceptions for files it cannot parse
+        raise ModelFileError(f"cannot load the tokenizer in {folder}: {exc}") from exc
+    return ServedModel(tokenizer, str(folder), _end_ids(folder, tokenizer), _trained_context(folder))
+
+
 @dataclass
 class Models:
     """The loaded target and (optional) draft, shared by the OFF and ON engines and across trials."""
 
-    target: LoadedModel
+    target: LoadedModel | ServedModel  # ServedModel: a server decodes it (load_models(weights=False))
     draft: LoadedModel | None
     target_path: str
     draft_path: str | None
@@ -59,6 +129,8 @@ class Models:
 
     def forward_paths(self) -> dict[str, str | None]:
         """The numeric path each model runs on and why (provenance), e.g. "onednn float32 (auto: ...)"."""
+        if isinstance(self.target, ServedModel):
+            return {"target": self.target.describe_path(), "draft": None}
         return {
             "target": self.target.forward.choice.describe(),
             "draft": self.draft.forward.choice.describe() if self.draft is not None else None,
@@ -74,8 +146,16 @@ def load_models(
     forward: str = "auto",
     mtp: str | None = None,
     eagle3: str | None = None,
+    weights: bool = True,
+    server_binary: str | None = None,
+    log_dir: Path | None = None,
 ) -> Models:
-    """Load the configured models (and MTP / EAGLE-3 heads for the target); `tiny` builds the random pair."""
+    """Load the configured models (and MTP / EAGLE-3 heads for the target); `tiny` builds the random pair.
+
+    `weights=False` (a backend that decodes in another process): no weights are loaded, only the target's
+    tokenizer and facts (`load_served`; `server_binary` answers a GGUF's tokenizer); the other paths are kept
+    for the server's own files.
+    """
     hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress output
     target_path, draft_path = target, draft
     if TINY in (target, draft):
@@ -84,6 +164,11 @@ def load_models(
         draft_path = str(tiny_draft) if draft == TINY else draft
     target_path = resolve_model_path(target_path)
     draft_path = resolve_model_path(draft_path) if draft_path else None
+    if not weights:
+        served = load_served(target_path, server_binary=server_binary, log_dir=log_dir)
+        mtp_path = resolve_model_path(mtp) if mtp else None
+        eagle3_path = resolve_model_path(eagle3) if eagle3 else None
+        return Models(served, None, served.path, draft_path, None, mtp_path, None, eagle3_path)
     loaded_target = load_model(target_path, device=device, dtype=dtype, forward=forward)
     loaded_draft = load_model(draft_path, device=device, dtype=dtype, forward=forward) if draft_path else None
     mtp_path = resolve_model_path(mtp) if mtp else None

@@ -156,9 +156,12 @@ def classify(target: Any, ids: list[int]) -> dict[str, Any]:
     """The target's top-2 logit margin after `ids` (one plain forward) and what it makes a divergence there.
 
     `near-tie`: the margin is within the dtype's rounding (NEAR_TIE), so two exact decoders may pick either
-    token; `bug`: it is not (or the dtype is float64), so an exact speculative decoder must not have diverged.
+    token; `bug`: it is not (or the dtype is float64), so an exact speculative decoder must not have diverged;
+    `unclassified`: the target is served by another process (llama-server), whose logits this one cannot see.
     """
     model = target.model
+    if model is None:  # a served target (runners.models.ServedModel): no weights here to take the margin with
+        return {"kind": "unclassified", "margin": None, "tolerance": None, "dtype": None}
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([ids], device=target.device)).logits[0, -1].double()

@@ -86,6 +86,8 @@ def prepare(
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     device = cfg.model.device or cfg.hardware.device
+    out_dir = Path(cfg.run.root) / cfg.run.name
+    backend = backend_class((candidate or plain or EngineConfig()).backend)
     models = load_models(
         cfg.model.target,
         draft,
@@ -94,9 +96,10 @@ def prepare(
         forward=cfg.model.forward,
         mtp=mtp,
         eagle3=eagle3,
+        weights=backend.decodes_in_process,  # a server decodes: no weights in this process
+        server_binary=cfg.server.binary,
+        log_dir=out_dir / "server-logs",
     )
-    out_dir = Path(cfg.run.root) / cfg.run.name
-    backend = backend_class((candidate or plain or EngineConfig()).backend)
     needs = drafter_needs(candidate.drafter) if candidate is not None else None
     wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
     server = backend.settings_from(

@@ -2,6 +2,12 @@
 
 Only `engine.backend=llama-server` needs them; the built-in engine gets None. Problems here are input
 problems (no binary, no converter, a GGUF path that is not there) and come back as one ValueError line.
+
+The files a user brings are used as they are: the target GGUF (model.target=F.gguf or server.target_gguf),
+whose own MTP layers serve draft-mtp, and server.draft_gguf / eagle3_gguf / mtp_gguf. OFF and every ON run on
+one target file: when MTP is in play that is the file holding the MTP layers (llama.cpp runs them from the
+model file itself), for OFF too. Before any server starts, each file is checked against the tokenizer in use
+and the target (serving.gguf_checks): another model's file is one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -10,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from runners.backends import ServerSettings, context_of
-from runners.models import Models
+from runners.models import Models, ServedModel
 from serving.eagle3_gguf import cached_eagle3_gguf
 from serving.gguf import cached_gguf
+from serving.gguf_checks import check_eagle3_head, check_mtp_layers, check_same_vocabulary, check_tokenizer
+from serving.gguf_file import read_gguf
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.mtp_gguf import cached_mtp_gguf
 
@@ -52,6 +60,43 @@ def _head_gguf(role: str, explicit: str | None, models: Models, kind: str) -> Pa
         raise ValueError(f"{what}: {exc}") from None
 
 
+def _target_file(server: Any, models: Models) -> str | None:
+    """The user's target GGUF: model.target when it is one, else server.target_gguf (both: the same file)."""
+    given = server.target_gguf
+    own = models.target.gguf if isinstance(models.target, ServedModel) else None
+    if own is not None and given and Path(given).expanduser().resolve() != own:
+        raise ValueError(
+            f"model.target={own} and server.target_gguf={given} name two files; the target is model.target: "
+            "drop server.target_gguf"
+        )
+    return str(own) if own is not None else given
+
+
+def _one_target(target: Path, mtp: Path | None, explicit_target: bool) -> Path:
+    """The one file OFF and every ON load: the MTP file when MTP is in play (it holds the target's weights)."""
+    if mtp is None or mtp.resolve() == target.resolve():
+        return target
+    if explicit_target:
+        raise ValueError(
+            f"server.mtp_gguf={mtp} and the target {target} are two files: OFF would run on one and draft-mtp on "
+            "the other. The MTP file holds the target's weights: pass it alone (model=gguf model.target=FILE)"
+        )
+    return mtp
+
+
+def _check_files(settings: ServerSettings, models: Models, mtp_wanted: bool) -> None:
+    """Each file against the tokenizer in use and the target, before anything starts (serving.gguf_checks)."""
+    target = read_gguf(settings.target_gguf)
+    if not (isinstance(models.target, ServedModel) and models.target.gguf is not None):
+        check_tokenizer(target, models.target.tokenizer, "the target GGUF")  # the file's own tokenizer is the file
+    if mtp_wanted and settings.mtp_gguf is not None:
+        check_mtp_layers(read_gguf(settings.mtp_gguf), "server.mtp_gguf")
+    if settings.draft_gguf is not None:
+        check_same_vocabulary(target, read_gguf(settings.draft_gguf), "server.draft_gguf")
+    if settings.eagle3_gguf is not None:
+        check_eagle3_head(target, read_gguf(settings.eagle3_gguf), "server.eagle3_gguf")
+
+
 def server_settings(
     cfg: Any,
     models: Models,
@@ -69,11 +114,18 @@ def server_settings(
         raise ValueError(f"engine.backend=llama-server: {exc}") from None
     if not binary.pinned:
         print(f"warning: {binary.describe()}; spectune's flags target the pinned release")
-    return ServerSettings(
+    given = _target_file(server, models)
+    target = _gguf(given, None if given else models.target_path, server.gguf_type, "target")
+    assert target is not None  # a target file is given, or the folder is converted
+    mtp_file = None
+    if mtp:
+        native = server.mtp_gguf is None and read_gguf(target).nextn_layers > 0
+        mtp_file = target if native else _head_gguf("mtp", server.mtp_gguf, models, server.gguf_type)
+    settings = ServerSettings(
         binary=binary,
-        target_gguf=_gguf(server.target_gguf, models.target_path, server.gguf_type, "target"),  # type: ignore[arg-type]
+        target_gguf=_one_target(target, mtp_file, explicit_target=bool(given)),
         draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
-        mtp_gguf=_head_gguf("mtp", server.mtp_gguf, models, server.gguf_type) if mtp else None,
+        mtp_gguf=mtp_file,
         eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
         # a file the user brings, used as is (nothing to convert): checked whenever it is set
         dflash_gguf=_gguf(server.get("dflash_gguf"), None, server.gguf_type, "dflash"),
@@ -82,3 +134,5 @@ def server_settings(
         log_dir=log_dir,
         start_timeout_s=server.start_timeout_s,
     )
+    _check_files(settings, models, mtp)
+    return settings

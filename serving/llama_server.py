@@ -72,11 +72,13 @@ class LlamaServer:
         log_path: str | Path | None = None,
         start_timeout: float = 120.0,
         trace: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.binary, self.model, self.args = binary, Path(model), list(args)
         self.context, self.threads, self.start_timeout = context, threads, start_timeout
         self.trace = trace  # LLAMA_TRACE=1: one `accepted A/N draft tokens` log line per verification step
         self.log_path = Path(log_path) if log_path else None
+        self.env = dict(env or {})  # set for the server process on top of this one's environment
         self.port: int | None = None
         self.process: subprocess.Popen | None = None
         self._log_file: Any = None
@@ -110,7 +112,7 @@ class LlamaServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() ends it and anything it started
             preexec_fn=_die_with_parent,
-            env={**os.environ, "LLAMA_TRACE": "1"} if self.trace else None,
+            env=self._environment(),
         )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -126,6 +128,11 @@ class LlamaServer:
             time.sleep(0.1)
         self.stop()
         raise LlamaServerError(f"llama-server not healthy after {self.start_timeout:.0f} s (log {self.log_path})")
+
+    def _environment(self) -> dict[str, str] | None:
+        """The server's environment: this process's, with LLAMA_TRACE when tracing and `env` on top."""
+        extra = {**({"LLAMA_TRACE": "1"} if self.trace else {}), **self.env}
+        return {**os.environ, **extra} if extra else None
 
     def _healthy(self) -> bool:
         try:

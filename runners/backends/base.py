@@ -24,7 +24,8 @@ class Backend(Protocol):
     peak_memory_label: ClassVar[str | None]  # the report's peak-memory row when it measures something else
     export_target: ClassVar[str | None]  # the export/fit.py server whose exported flags it runs, if any
     fingerprinted: ClassVar[bool]  # a study names it in its fingerprint (builtin predates backends: not)
-    decodes_in_process: ClassVar[bool]  # decoding runs in this Python process (its CPU clock sees it); a server: not
+    # decoding runs in this Python process (its CPU clock sees it, and it needs the weights loaded); a server: not
+    decodes_in_process: ClassVar[bool]
 
     @classmethod
     def settings_from(

@@ -67,7 +67,8 @@ class ServerBackend:
     peak_memory_label: ClassVar[str | None] = "peak memory (llama-server's resident set)"
     export_target: ClassVar[str | None] = exporter.TARGET
     fingerprinted: ClassVar[bool] = True
-    decodes_in_process: ClassVar[bool] = False  # the server decodes: this process's CPU clock only sees it waiting
+    # the server decodes: this process's CPU clock only sees it waiting, and it loads no weights (runners.models)
+    decodes_in_process: ClassVar[bool] = False
 
     def __init__(
         self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int], concurrency: int = 1
@@ -237,7 +238,12 @@ class ServerBackend:
 
 
 def context_of(models_target: Any, requested: int | None) -> int:
-    """The server's -c: `requested`, else the target's own position limit (4096 when it has none)."""
+    """The server's -c: `requested`, else the target's trained context (4096 when it states none).
+
+    A served target (runners.models.ServedModel) states it without weights: config.json or the GGUF's metadata.
+    """
     if requested:
         return int(requested)
+    if models_target.model is None:
+        return models_target.context_length or 4096
     return position_limit(models_target.model) or 4096

@@ -32,8 +32,12 @@ def _model(name: str, *overrides: str):
 def test_every_model_option_composes_under_its_own_name():
     names = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
     assert {"spectune-tiny", *HUB_PAIRS} <= set(names)
+    needs_target = {  # options without a default target, and what else they need
+        "local": ["model.target=/models/mine"],
+        "gguf": ["model.target=/models/mine.gguf", "engine.backend=llama-server"],
+    }
     for name in names:
-        model = _model(name, *(["model.target=/models/mine"] if name == "local" else []))  # local has no default
+        model = _model(name, *needs_target.get(name, []))
         assert model.name == name, f"conf/model/{name}.yaml records the name {model.name!r}"
         assert model.target and model.dtype in ("auto", "float32")
 
