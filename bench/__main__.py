@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench import gguf_memory
 from bench.engine import MIN_REPEATS, PROMPT_SETS, RATIOS
 from bench.tuner.grid import DEFAULT_GRID_FILE
 from bench.tuner.search import SAMPLERS
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _crossengine_parser(sub)
     _batch_parser(sub)
     _concurrency_parser(sub)
+    gguf_memory.add_parser(sub)
     return parser
 
 
@@ -261,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         return _batch(parser, args)
     if args.benchmark == "concurrency":
         return _concurrency(parser, args)
+    if args.benchmark == "gguf-memory":
+        return gguf_memory.main(args)
     parser.error(f"unknown benchmark {args.benchmark!r}")  # unreachable: argparse checks choices
     return 2
 
