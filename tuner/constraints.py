@@ -9,6 +9,7 @@ failed before measuring) counts as infeasible.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -25,6 +26,8 @@ from engine.memory import (
     model_shape,
     mtp_weight_bytes,
 )
+from serving import gguf_memory
+from serving.gguf_file import GgufInfo, read_gguf
 
 # Constraint name -> what a positive value means (for the report).
 CONSTRAINTS = {
@@ -73,6 +76,65 @@ def memory_facts(
     )
 
 
+@dataclass(frozen=True)
+class ServedMemoryFacts:
+    """What the GGUF memory model needs (serving.gguf_memory): the server's files, read from their metadata."""
+
+    target: GgufInfo  # the one target file OFF and every ON load (its MTP layers included)
+    draft: GgufInfo | None  # a draft model's file (server.draft_gguf / converted model.draft, or a DFlash draft)
+    head: GgufInfo | None  # an EAGLE-3 head's file
+    ceiling_bytes: int
+    overhead_bytes: int
+    cache_type_k: str = "f16"  # llama-server's -ctk
+    cache_type_v: str = "f16"  # -ctv
+    measured_on_cuda: bool = False  # the server's own memory is measured instead (ServerBackend.measures_memory)
+    sessions: int = 1  # agents at once: slots of one server, each with its share of the pool at the context
+
+    @property
+    def dtype(self) -> str:
+        """The target file's quantization, where the torch facts give a dtype."""
+        return self.target.file_type
+
+
+def served_memory_facts(server: Any, *, vram_gib: float, overhead_gib: float = 0.0) -> ServedMemoryFacts:
+    """The GGUF memory model's facts for a llama-server run's files (runners.backends.ServerSettings)."""
+
+    def info(path: Path | None) -> GgufInfo | None:
+        return read_gguf(path) if path is not None else None
+
+    return ServedMemoryFacts(
+        target=read_gguf(server.target_gguf),
+        draft=info(server.draft_gguf) or info(server.dflash_gguf),
+        head=info(server.eagle3_gguf),
+        ceiling_bytes=int(vram_gib * GIB),
+        overhead_bytes=int(overhead_gib * GIB),
+        cache_type_k=getattr(server, "cache_type_k", "f16"),
+        cache_type_v=getattr(server, "cache_type_v", "f16"),
+    )
+
+
+def served_memory_figures(config: EngineConfig, facts: ServedMemoryFacts, needed_context: int) -> dict[str, Any]:
+    """memory_figures for a llama-server trial: the files the configuration loads, at the KV types it runs."""
+    needs = drafter_needs(config.drafter)
+    kwargs = {
+        "slots": facts.sessions,
+        "cache_type_k": facts.cache_type_k,
+        "cache_type_v": facts.cache_type_v,
+        "draft": facts.draft if (needs.draft_model or needs.server_draft) else None,
+        "head": facts.head if needs.eagle3 else None,
+        "mtp": needs.mtp,  # the file's MTP layers get their KV only when draft-mtp runs
+    }
+    estimate = gguf_memory.estimate(facts.target, context=needed_context * facts.sessions, **kwargs)
+    return {
+        "estimate": estimate,
+        "estimate_bytes": estimate.total_bytes + facts.overhead_bytes,
+        "largest_context": gguf_memory.largest_context(
+            facts.target, facts.ceiling_bytes, overhead_bytes=facts.overhead_bytes, **kwargs
+        )
+        // facts.sessions,
+    }
+
+
 def drafted_length(config: EngineConfig) -> int:
     """The most tokens one step may draft (what the verification workspace must hold)."""
     if config.drafter == "none":
@@ -80,15 +142,18 @@ def drafted_length(config: EngineConfig) -> int:
     return config.max_gamma if config.gamma_policy == "heuristic" else config.gamma
 
 
-def memory_figures(config: EngineConfig, facts: MemoryFacts, needed_context: int) -> dict[str, Any]:
+def memory_figures(config: EngineConfig, facts: MemoryFacts | ServedMemoryFacts, needed_context: int) -> dict[str, Any]:
     """Estimated bytes at the suite's needed context and the largest context that fits the ceiling.
 
     The VRAM figure counts the most KV the engine's growing cache can have allocated for the needed
     context (engine.kv.capacity_bound); the largest fitting context counts held tokens, as a server
     that preallocates `-c` does. What the drafter adds comes from what it needs (a draft model's weights
     and KV, the MTP module's weights) and its own per-position state (the drafter class's hook), so a
-    combination such as `mtp+ngram` is counted as the sum of its children.
+    combination such as `mtp+ngram` is counted as the sum of its children. A llama-server run's facts are its
+    GGUF files' (served_memory_figures).
     """
+    if isinstance(facts, ServedMemoryFacts):
+        return served_memory_figures(config, facts, needed_context)
     options, _ = Engine.validate(config)
     needs = drafter_needs(config.drafter, options)
     draft = facts.draft if needs.draft_model else None

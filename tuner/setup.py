@@ -20,7 +20,7 @@ from engine.engine import EngineConfig
 from export import llama_server as llama_exporter
 from export.fit import server_names
 from runners.backends import ServerSettings, backend_class
-from runners.config import check_config
+from runners.config import available_heads, check_config
 from runners.models import load_models
 from runners.workload import Workload
 from serving.llama_binary import LlamaServerMissing, find_llama_server
@@ -97,7 +97,7 @@ class TuneSetup:
     base: EngineConfig  # the shared sampling and seed every candidate starts from (speculation OFF)
     workload: Workload  # the search tasks (shuffled with the study seed) and the loaded models
     held_out: list[Instance]  # the confirmation's tasks
-    memory: constraints.MemoryFacts
+    memory: constraints.MemoryFacts | constraints.ServedMemoryFacts  # served: the GGUF files' own model
     server: ServerSettings | None  # engine.backend=llama-server
     names: dict[str, str]  # hardware, model, task, split, backend (labels for reports and exports)
     model_paths: dict[str, str | None]  # target, draft, mtp, eagle3 as configured
@@ -263,12 +263,13 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     base = check(cfg)
     serve = serve_list(cfg.tuner.serve)
     caps = server_capabilities(cfg, base.backend)
+    heads = available_heads(cfg)  # model.* folders; on llama-server also server.* files and native MTP layers
     space = load_space(
         cfg.space,
-        has_draft=bool(cfg.model.draft),
-        has_mtp=bool(cfg.model.get("mtp")),
-        has_eagle3=bool(cfg.model.get("eagle3")),
-        has_server_draft=bool(cfg.get("server") and cfg.server.get("dflash_gguf")),
+        has_draft=heads.draft,
+        has_mtp=heads.mtp,
+        has_eagle3=heads.eagle3,
+        has_server_draft=heads.server_draft,
         backend=base.backend,
         serve=serve,
         server_kinds=frozenset(caps.spec_types) if caps else None,
@@ -286,6 +287,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         torch.set_num_threads(cfg.run.threads)
     needs = [drafter_needs(name) for name in space.drafters]
     draft = cfg.model.draft if any(n.draft_model for n in needs) else None
+    backend = backend_class(base.backend)
     models = load_models(
         cfg.model.target,
         draft,
@@ -294,12 +296,15 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         forward=cfg.model.forward,
         mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
         eagle3=cfg.model.get("eagle3") if any(n.eagle3 for n in needs) else None,
+        weights=backend.decodes_in_process,  # a server decodes: no weights in this process
+        server_binary=cfg.server.binary,
+        log_dir=study_dir / "server-logs",
     )
-    backend = backend_class(base.backend)
-    wants_mtp = any(n.mtp for n in needs) and bool(cfg.model.get("mtp"))
-    wants_eagle3 = any(n.eagle3 for n in needs) and bool(cfg.model.get("eagle3"))
+    wants_draft = any(n.draft_model for n in needs) and heads.draft
+    wants_mtp = any(n.mtp for n in needs) and heads.mtp
+    wants_eagle3 = any(n.eagle3 for n in needs) and heads.eagle3
     server = backend.settings_from(
-        cfg, models, study_dir / "server-logs", draft=draft is not None, mtp=wants_mtp, eagle3=wants_eagle3
+        cfg, models, study_dir / "server-logs", draft=wants_draft, mtp=wants_mtp, eagle3=wants_eagle3
     )
     workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
     fingerprint: dict[str, Any] = {
@@ -350,12 +355,18 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         base=base,
         workload=workload,
         held_out=held_out,
-        memory=constraints.memory_facts(
-            models.target_path,
-            models,
-            models.draft_path,
-            vram_gib=cfg.hardware.vram_gib,
-            overhead_gib=cfg.hardware.runtime_overhead_gib,
+        memory=(
+            constraints.memory_facts(
+                models.target_path,
+                models,
+                models.draft_path,
+                vram_gib=cfg.hardware.vram_gib,
+                overhead_gib=cfg.hardware.runtime_overhead_gib,
+            )
+            if server is None
+            else constraints.served_memory_facts(
+                server, vram_gib=cfg.hardware.vram_gib, overhead_gib=cfg.hardware.runtime_overhead_gib
+            )
         ),
         server=server,
         names={

@@ -52,6 +52,15 @@ def ggufs(binary, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gguf_only(ggufs, tmp_path_factory):
+    """The stand-in files, each alone in a folder without any Hugging Face file (a llama.cpp user's case)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("gguf-only")
+    return {name: Path(shutil.copy(path, folder / f"Tiny-{name}-F32.gguf")) for name, path in ggufs.items()}
+
+
+@pytest.fixture(scope="session")
 def dflash_gguf(binary, tmp_path_factory):
     """A random DFlash draft for the bundled target as GGUF (tests/serving/dflash_draft.py), once per session."""
     from tests.serving.dflash_draft import random_dflash_gguf

@@ -12,7 +12,6 @@ the checks made before a server starts, each one line naming the file and the fi
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -34,11 +33,10 @@ MESSAGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def alone(ggufs, tmp_path_factory):
+@pytest.fixture
+def alone(gguf_only):
     """The stand-in files, each alone in a folder without any Hugging Face file."""
-    folder = tmp_path_factory.mktemp("gguf-only")
-    return {name: Path(shutil.copy(path, folder / f"Tiny-{name}-F32.gguf")) for name, path in ggufs.items()}
+    return gguf_only
 
 
 def _cfg(tmp: Path, *overrides: str):
