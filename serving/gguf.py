@@ -1,6 +1,11 @@
-"""Export a spectune (Hugging Face) model folder to GGUF with llama.cpp's own converter.
+"""Export a spectune (Hugging Face) model folder to GGUF with llama.cpp's own converter, or quantize a GGUF.
 
     python -m serving.gguf --model models/spectune-tiny/target --out runs/gguf/target-f32.gguf [--type f32]
+    python -m serving.gguf --model models/spectune-tiny/target --out runs/gguf/target-q4_k_m.gguf --type q4_k_m
+    python -m serving.gguf --gguf IN.gguf --type q4_k_m --out OUT.gguf
+
+The converter writes `TYPES` itself; the other `ALL_TYPES` (serving/quantize.py's `QUANT_TYPES`: q4_k_m, q6_k,
+...) are the converter's f32, kept in a temporary file beside the output, then the pinned `llama-quantize`.
 
 The converter is the pinned release's `convert_hf_to_gguf.py` (with its `conversion/` package and
 `gguf-py/`), kept beside the binary by `python -m serving.llama_install`. It refuses tokenizers whose
@@ -18,6 +23,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +31,11 @@ from typing import Any
 from common.cache import cache_root
 from common.files import atomic_path
 from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
+from serving.quantize import QUANT_TYPES, quantize_gguf
 
-TYPES = ("f32", "f16", "bf16", "q8_0")
+TYPES = ("f32", "f16", "bf16", "q8_0")  # what the converter writes itself
+# Every type a model folder can be exported to: the converter's, then llama-quantize's others (f32 first).
+ALL_TYPES = TYPES + tuple(kind for kind in QUANT_TYPES if kind not in TYPES)
 # Run in a fresh interpreter: import the pinned converter, make an unknown pre-tokenizer fall back to
 # a named one (reported on stderr), then run the converter's own command line unchanged.
 # A mimo2 folder (serving/mtp_gguf.py) holds fewer MTP layers than the 3 the converter assumes for MiMo-V2
@@ -81,14 +90,21 @@ def export_gguf(
 ) -> Path:
     """Convert `model` to a GGUF file at `out`; returns it. Errors name the model and the converter's message.
 
+    `kind`: one of ALL_TYPES; a llama-quantize type is converted to f32 first (a temporary file beside `out`).
     `mtp_layers`: how many MTP layers a mimo2 folder holds (serving/mtp_gguf.py); None for other models.
     `extra_args`: more converter flags (serving/eagle3_gguf.py: `--target-model-dir TARGET`).
     """
-    if kind not in TYPES:
-        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
+    if kind not in ALL_TYPES:
+        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(ALL_TYPES)}")
     model, out = Path(model), Path(out)
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
+    if kind not in TYPES:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:  # the f32 goes with it
+            f32 = Path(tmp) / "f32.gguf"
+            export_gguf(model, f32, pre=pre, converter=converter, mtp_layers=mtp_layers, extra_args=extra_args)
+            return quantize_gguf(f32, out, kind)
     folder = converter_dir(converter)
     nextn = "" if mtp_layers is None else str(mtp_layers)
     with atomic_path(out) as partial:  # only a complete file gets the name
@@ -106,35 +122,62 @@ def export_gguf(
 
 def cache_file(name: str, folders: Sequence[str | Path], kind: str) -> Path:
     """Where a GGUF made from `folders` is kept: keyed by their paths and every file's name, size and
-    modification time (an edited model is converted again), the type and the pinned release."""
+    modification time (an edited model is converted again), the type and the pinned release. An entry that is
+    a file (a GGUF to quantize, serving/quantize.py) counts as itself."""
     digest = hashlib.sha256(f"{kind}|{PINNED}".encode())
     for folder in (Path(f).resolve() for f in folders):
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        files = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
+        for path in files:
             info = path.stat()
             digest.update(f"|{path}:{info.st_size}:{info.st_mtime_ns}".encode())
     return cache_root("gguf") / f"{name}-{digest.hexdigest()[:16]}-{kind}.gguf"
 
 
 def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path | None = None) -> Path:
-    """The GGUF of a model folder, converted once and kept in the cache (`cache_file`)."""
+    """The GGUF of a model folder, converted once and kept in the cache (`cache_file`); any of ALL_TYPES.
+
+    A llama-quantize type starts from the cached f32 when there is one, else from a temporary f32.
+    """
+    if kind not in ALL_TYPES:
+        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(ALL_TYPES)}")
     model = Path(model).resolve()
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
     out = cache_file(model.name, [model], kind)
-    return out if out.is_file() else export_gguf(model, out, kind, converter=converter)
+    if out.is_file():
+        return out
+    f32 = cache_file(model.name, [model], "f32")
+    if kind not in TYPES and f32.is_file():
+        return quantize_gguf(f32, out, kind)
+    return export_gguf(model, out, kind, converter=converter)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line; prints the written file."""
     parser = argparse.ArgumentParser(prog="python -m serving.gguf", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a Hugging Face model folder (config.json + weights)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a Hugging Face model folder (config.json + weights)")
+    source.add_argument("--gguf", help="a GGUF file to quantize with llama-quantize (--type q4_k_m, q8_0, ...)")
     parser.add_argument("--out", required=True, help="the .gguf file to write")
-    parser.add_argument("--type", default="f32", choices=TYPES, help="weight type (default f32: exact streams)")
+    parser.add_argument(
+        "--type",
+        default="f32",
+        choices=ALL_TYPES,
+        help=f"weight type (default f32: exact streams); {', '.join(TYPES)} by the converter, others by llama-quantize",
+    )
     parser.add_argument("--pre", default="default", help="pre-tokenizer name to write when llama.cpp knows none")
     parser.add_argument("--converter", help="folder with convert_hf_to_gguf.py (default: the pinned build's)")
+    parser.add_argument(
+        "--allow-requantize", action="store_true", help="with --gguf: accept a source that is already quantized"
+    )
     args = parser.parse_args(argv)
     try:
-        print(export_gguf(args.model, args.out, args.type, pre=args.pre, converter=args.converter))
+        if args.gguf:
+            if args.type not in QUANT_TYPES:
+                raise ValueError(f"--gguf takes a llama-quantize type; allowed: {list(QUANT_TYPES)}")
+            print(quantize_gguf(args.gguf, args.out, args.type, allow_requantize=args.allow_requantize))
+        else:
+            print(export_gguf(args.model, args.out, args.type, pre=args.pre, converter=args.converter))
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
