@@ -3,14 +3,16 @@
     python -m serving.gguf_file FILE.gguf      # one line per fact, as spectune reads them
 
 A llama.cpp user's model is one GGUF file; everything spectune needs besides the server comes from its
-metadata (read with the `gguf` package, which maps the file instead of loading it: the weights are
-never read, only the header and the tensor index). Keys follow llama.cpp's naming,
+metadata. Only the header and the tensor index are read (`scan`), never the weights; the `gguf` package
+supplies the format's enums and block sizes (its own reader builds an object per vocabulary entry and takes
+seconds on a 150k-token file). Keys follow llama.cpp's naming,
 `<architecture>.block_count` and so on; a key a file lacks takes llama.cpp's own default.
 """
 
 from __future__ import annotations
 
 import argparse
+import struct
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -85,12 +87,95 @@ def file_type_name(code: int) -> str:
     return name.removeprefix("MOSTLY_").replace("ALL_F32", "F32")
 
 
-def _value(fields: dict[str, Any], key: str, default: Any = None) -> Any:
-    found = fields.get(key)
-    if found is None:
-        return default
-    value = found.contents()
-    return value
+# GGUF metadata value types (gguf.GGUFValueType) -> struct format; 8 is a string, 9 an array.
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+# Arrays longer than this are skipped unless asked for (a vocabulary's 150k strings): only their length is kept.
+_SMALL_ARRAY = 1024
+
+
+@dataclass(frozen=True)
+class Header:
+    """A GGUF's metadata and tensor index, read straight from its header."""
+
+    values: dict[str, Any]  # metadata key -> value (long arrays only when asked for by name)
+    lengths: dict[str, int]  # every array key -> its length (the skipped ones too)
+    tensors: dict[str, tuple[tuple[int, ...], int]]  # tensor name -> (shape, ggml type id)
+
+
+def scan(path: str | Path, wanted: frozenset[str] = frozenset()) -> Header:
+    """The header of the GGUF at `path`: every value except long arrays not in `wanted`, and the tensor index.
+
+    The gguf package's reader builds an object per vocabulary entry and takes seconds on a 150k-token file;
+    this reads the bytes once and skips what is not needed (GgufError names a file it cannot read).
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+
+            def unpack(fmt: str) -> Any:
+                size = struct.calcsize(fmt)
+                data = f.read(size)
+                if len(data) != size:
+                    raise EOFError("the header ends early")
+                return struct.unpack("<" + fmt, data)[0]
+
+            def string() -> str:
+                return f.read(unpack("Q")).decode(errors="replace")
+
+            def value(kind: int, key: str | None) -> Any:
+                if kind == _STRING:
+                    return string()
+                if kind == _ARRAY:
+                    item, n = unpack("I"), unpack("Q")
+                    if key is not None:
+                        lengths[key] = n
+                    if n > _SMALL_ARRAY and key not in wanted:
+                        if item in _SCALARS:
+                            f.seek(n * struct.calcsize(_SCALARS[item]), 1)
+                        else:
+                            for _ in range(n):
+                                value(item, None)
+                        return None
+                    return [value(item, None) for _ in range(n)]
+                if kind not in _SCALARS:
+                    raise ValueError(f"unknown metadata value type {kind}")
+                return unpack(_SCALARS[kind])
+
+            if f.read(4) != b"GGUF":
+                raise GgufError(f"{path}: not a GGUF file (it does not start with the GGUF magic)")
+            _version, n_tensors, n_kv = unpack("I"), unpack("Q"), unpack("Q")
+            values: dict[str, Any] = {}
+            lengths: dict[str, int] = {}
+            for _ in range(n_kv):
+                key = string()
+                got = value(unpack("I"), key)
+                if got is not None:
+                    values[key] = got
+            tensors = {}
+            for _ in range(n_tensors):
+                name = string()
+                shape = tuple(unpack("Q") for _ in range(unpack("I")))
+                tensors[name] = (shape, unpack("I"))
+                f.seek(8, 1)  # the data offset
+    except GgufError:
+        raise
+    except OSError as exc:
+        raise GgufError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except (EOFError, ValueError, UnicodeDecodeError, struct.error, MemoryError, OverflowError) as exc:
+        raise GgufError(f"{path}: cannot read it as GGUF ({type(exc).__name__}: {exc})") from None
+    return Header(values, lengths, tensors)
+
+
+def tensor_bytes(shape: tuple[int, ...], type_id: int) -> int:
+    """Bytes a tensor of `shape` takes at ggml type `type_id` (its block size and bytes per block)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
+    elements = 1
+    for n in shape:
+        elements *= n
+    return elements // block * size
 
 
 def read_gguf(path: str | Path) -> GgufInfo:
@@ -107,22 +192,16 @@ def read_gguf(path: str | Path) -> GgufInfo:
 
 @lru_cache(maxsize=32)
 def _read(path: Path, size: int, mtime_ns: int) -> GgufInfo:
-    from gguf import GGUFReader
+    from gguf import GGMLQuantizationType
 
-    with path.open("rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise GgufError(f"{path}: not a GGUF file (it does not start with the GGUF magic)")
-    try:
-        reader = GGUFReader(str(path))
-    except Exception as exc:  # the gguf package raises ValueError, IndexError, struct errors on damaged files
-        raise GgufError(f"{path}: cannot read it as GGUF ({type(exc).__name__}: {exc})") from None
-    fields = reader.fields
-    arch = _value(fields, "general.architecture")
+    header = scan(path, frozenset({"tokenizer.ggml.token_type"}))
+    fields = header.values
+    arch = fields.get("general.architecture")
     if not arch:
         raise GgufError(f"{path}: no general.architecture in its metadata")
 
     def key(name: str, default: Any = None) -> Any:
-        return _value(fields, f"{arch}.{name}", default)
+        return fields.get(f"{arch}.{name}", default)
 
     n_layer = int(key("block_count", 0))
     n_embd = int(key("embedding_length", 0))
@@ -130,11 +209,14 @@ def _read(path: Path, size: int, mtime_ns: int) -> GgufInfo:
     head_kv = key("attention.head_count_kv", n_head)
     n_head_kv = tuple(int(h) for h in head_kv) if isinstance(head_kv, list) else (int(head_kv),)
     head_dim = n_embd // n_head if n_head else 0
-    tokens = fields.get("tokenizer.ggml.tokens")
-    vocab = len(tokens.data) if tokens is not None else int(key("vocab_size", 0))
-    types = _value(fields, "tokenizer.ggml.token_type") or []
-    ends = {int(v) for k in _END_KEYS if (v := _value(fields, f"tokenizer.ggml.{k}")) is not None}
-    tensor_types = Counter(t.tensor_type.name for t in reader.tensors)
+    vocab = header.lengths.get("tokenizer.ggml.tokens") or int(key("vocab_size", 0))
+    types = fields.get("tokenizer.ggml.token_type") or []
+    ends = {int(v) for k in _END_KEYS if (v := fields.get(f"tokenizer.ggml.{k}")) is not None}
+    try:
+        tensor_types = Counter(GGMLQuantizationType(t).name for _, t in header.tensors.values())
+        weight_bytes = sum(tensor_bytes(shape, t) for shape, t in header.tensors.values())
+    except (ValueError, KeyError) as exc:
+        raise GgufError(f"{path}: a tensor of a type this gguf package does not know ({exc})") from None
     extra = {
         name: key(name)
         for name in ("attention.sliding_window", "attention.sliding_window_pattern", "full_attention_interval")
@@ -143,10 +225,10 @@ def _read(path: Path, size: int, mtime_ns: int) -> GgufInfo:
     return GgufInfo(
         path=path,
         architecture=str(arch),
-        name=str(_value(fields, "general.name", "")),
-        file_type=file_type_name(int(_value(fields, "general.file_type", 0))),
+        name=str(fields.get("general.name", "")),
+        file_type=file_type_name(int(fields.get("general.file_type", 0))),
         tensor_types=dict(tensor_types),
-        weight_bytes=int(sum(int(t.n_bytes) for t in reader.tensors)),
+        weight_bytes=int(weight_bytes),
         n_layer=n_layer,
         nextn_layers=int(key("nextn_predict_layers", 0)),
         n_embd=n_embd,
@@ -155,12 +237,12 @@ def _read(path: Path, size: int, mtime_ns: int) -> GgufInfo:
         key_length=int(key("attention.key_length", head_dim)),
         value_length=int(key("attention.value_length", head_dim)),
         context_length=int(key("context_length", 0)),
-        vocab_size=vocab,
-        tokenizer_model=str(_value(fields, "tokenizer.ggml.model", "")),
+        vocab_size=int(vocab),
+        tokenizer_model=str(fields.get("tokenizer.ggml.model", "")),
         end_ids=frozenset(ends),
         special_ids=frozenset(i for i, t in enumerate(types) if int(t) == _CONTROL),
-        bos_id=_value(fields, "tokenizer.ggml.bos_token_id"),
-        chat_template=_value(fields, "tokenizer.chat_template"),
+        bos_id=fields.get("tokenizer.ggml.bos_token_id"),
+        chat_template=fields.get("tokenizer.chat_template"),
         target_hidden_size=key("target_hidden_size"),
         extra=extra,
     )
@@ -172,11 +254,18 @@ def _first(value: Any) -> Any:
 
 def token_strings(path: str | Path) -> list[str]:
     """The vocabulary's token strings, by id (tokenizer.ggml.tokens)."""
-    from gguf import GGUFReader
+    info = read_gguf(path)
+    return list(_tokens(info.path, info.path.stat().st_mtime_ns))
 
-    reader = GGUFReader(str(read_gguf(path).path))
-    found = reader.fields.get("tokenizer.ggml.tokens")
-    return list(found.contents()) if found is not None else []
+
+@lru_cache(maxsize=8)
+def _tokens(path: Path, mtime_ns: int) -> tuple[str, ...]:
+    return tuple(scan(path, frozenset({"tokenizer.ggml.tokens"})).values.get("tokenizer.ggml.tokens") or ())
+
+
+def metadata_value(path: str | Path, key: str) -> Any:
+    """One metadata value of the file (a long array included when asked for by name), None when absent."""
+    return scan(read_gguf(path).path, frozenset({key})).values.get(key)
 
 
 def is_gguf(name: str | Path | None) -> bool:

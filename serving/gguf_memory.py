@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import struct
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.units import GIB
-from serving.gguf_file import GgufError, GgufInfo, read_gguf
+from serving.gguf_file import GgufError, GgufInfo, read_gguf, scan
 
 MIB = 1 << 20
 N_UBATCH = 512  # llama-server's -ub default: the rows of the largest graph it reserves compute buffers for
@@ -126,49 +125,6 @@ class _Shape:
     state_floats: int  # recurrent state floats per layer and sequence (llama.cpp's n_embd_r + n_embd_s)
 
 
-# GGUF metadata value types (gguf.GGUFValueType) -> struct format; 8 is a string, 9 an array.
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-def _scan(path: Path, wanted: set[str]) -> tuple[dict[str, Any], dict[str, list[int]]]:
-    """The metadata values named in `wanted` and every tensor's shape, read straight from the header: the gguf
-    package's reader takes seconds over a 150k-token vocabulary, this skips it."""
-    with path.open("rb") as f:
-
-        def unpack(fmt: str) -> Any:
-            return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))[0]
-
-        def string() -> str:
-            return f.read(unpack("Q")).decode(errors="replace")
-
-        def value(kind: int, keep: bool) -> Any:
-            if kind == 8:
-                return string() if keep else f.seek(unpack("Q"), 1)
-            if kind == 9:
-                item, n = unpack("I"), unpack("Q")
-                if item in _SCALARS and not keep:
-                    return f.seek(n * struct.calcsize(_SCALARS[item]), 1)
-                return [value(item, keep) for _ in range(n)]
-            return unpack(_SCALARS[kind])
-
-        if f.read(4) != b"GGUF":
-            raise GgufError(f"{path}: not a GGUF file")
-        _version, n_tensors, n_kv = unpack("I"), unpack("Q"), unpack("Q")
-        found = {}
-        for _ in range(n_kv):
-            key = string()
-            keep = key in wanted
-            got = value(unpack("I"), keep)
-            if keep:
-                found[key] = got
-        shapes = {}
-        for _ in range(n_tensors):
-            name = string()
-            shapes[name] = [unpack("Q") for _ in range(unpack("I"))]
-            f.seek(12, 1)  # type (u32) and offset (u64)
-    return found, shapes
-
-
 @lru_cache(maxsize=32)
 def _file_facts(path: Path, arch: str, vocab: int, stamp: int) -> tuple[int, int, int]:
     """(n_ff, output rows, recurrent state floats per layer and sequence) from the file's header."""
@@ -183,7 +139,9 @@ def _file_facts(path: Path, arch: str, vocab: int, stamp: int) -> tuple[int, int
         "ssm.state_size",
         "ssm.group_count",
     )
-    values, shapes = _scan(path, {f"{arch}.{name}" for name in names})
+    header = scan(path)
+    values = {k: v for k, v in header.values.items() if k in {f"{arch}.{name}" for name in names}}
+    shapes = {name: list(shape) for name, (shape, _) in header.tensors.items()}
 
     def key(name: str) -> Any:
         return values.get(f"{arch}.{name}", 0)

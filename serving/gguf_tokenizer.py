@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from serving.gguf_file import read_gguf, token_strings
+from serving.gguf_file import metadata_value, read_gguf, token_strings
 from serving.llama_binary import LlamaBinary
 from serving.server_tokenizer import ServerTokenizer
 
@@ -22,10 +22,8 @@ HF_JSON = "tokenizer.huggingface.json"
 
 def embedded_tokenizer_json(path: str | Path) -> str | None:
     """The Hugging Face tokenizer.json a GGUF carries, if any."""
-    from gguf import GGUFReader
-
-    field = GGUFReader(str(read_gguf(path).path)).fields.get(HF_JSON)
-    return str(field.contents()) if field is not None else None
+    value = metadata_value(path, HF_JSON)
+    return str(value) if value is not None else None
 
 
 def embedded_tokenizer(path: str | Path, tokenizer_json: str) -> Any:
