@@ -542,19 +542,14 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
     `record.context` is what each agent may hold at that level (engine.memory with sessions=level); the
     server's `-c` is the pool of `level` such contexts (pool_context). Level 1 is `build`'s single slot.
     """
+    made = record.gguf_files
     if drafter_needs(record.engine.drafter).mtp:  # the MTP layer lives inside the target's GGUF
-        mtp = record.mtp or ""
+        mtp = made.get("mtp") or record.mtp or ""
         model = mtp if mtp.endswith(".gguf") else f"<mimo2-gguf-of:{record.target}+{record.mtp}>"
     else:
-        model = gguf(record.target, "target")
+        model = gguf(made.get("target") or record.target, "target")
     flags: list[Flag] = [("-m", model)]
-    rows = [
-        _row(
-            f"model={record.model_name}",
-            EXACT,
-            "the same weights converted to GGUF unquantized (convert_hf_to_gguf.py); quantizing changes acceptance",
-        )
-    ]
+    rows = [_model_row(record, model)]
     if record.context > 0 and level == 1:
         flags.append(("-c", str(record.context)))
         rows.append(_row(f"context={record.context}", EXACT, "-c: the largest context that fit the VRAM ceiling"))
@@ -581,9 +576,49 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
                 "at once",
             )
         )
-    head = record.eagle3_gguf or (f"{record.target}+{record.eagle3}" if record.eagle3 else None)
-    spec_flags, spec_rows = speculation(record.engine, record.draft, head, record.dflash_gguf)
+    kv_flags, kv_row = cache_flags(*record.cache_types)
+    flags += kv_flags
+    rows.append(kv_row)
+    head = made.get("eagle3") or record.eagle3_gguf or (f"{record.target}+{record.eagle3}" if record.eagle3 else None)
+    draft = made.get("draft") or record.draft
+    spec_flags, spec_rows = speculation(record.engine, draft, head, record.dflash_gguf)
     return flags + spec_flags, rows + spec_rows
+
+
+def _model_row(record: ExportRecord, model: str) -> Mapping:
+    """The model's row: the file's own quantization as measured, or what converting the folder gives."""
+    if record.target_quantization:
+        return _row(
+            f"model={record.model_name}",
+            EXACT,
+            f"{Path(model).name}: {record.target_quantization} (general.file_type), the file the study measured; "
+            "another quantization changes acceptance and speed",
+        )
+    if model.endswith(".gguf"):
+        return _row(
+            f"model={record.model_name}",
+            EXACT,
+            f"{Path(model).name}: the study's weights converted to GGUF unquantized (convert_hf_to_gguf.py) for "
+            "this export; quantizing changes acceptance",
+        )
+    return _row(
+        f"model={record.model_name}",
+        EXACT,
+        "the same weights converted to GGUF unquantized (convert_hf_to_gguf.py); quantizing changes acceptance",
+    )
+
+
+def cache_flags(cache_type_k: str = "f16", cache_type_v: str = "f16") -> tuple[list[Flag], Mapping]:
+    """`-ctk/-ctv` for the KV cache types measured (none at llama-server's default f16) and their row."""
+    if (cache_type_k, cache_type_v) == ("f16", "f16"):
+        return [], _row("kv cache f16", EXACT, "llama-server's default KV types (-ctk f16 -ctv f16), as measured")
+    flags: list[Flag] = [("-ctk", cache_type_k), ("-ctv", cache_type_v)]
+    return flags, _row(
+        f"kv cache K={cache_type_k} V={cache_type_v}",
+        EXACT,
+        f"-ctk {cache_type_k} -ctv {cache_type_v}: the KV types the study measured (a quantized cache changes "
+        "acceptance a little and frees memory for context)",
+    )
 
 
 def build_level(record: ExportRecord, best: PerLevel, level: int) -> tuple[list[Flag], list[Mapping]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,14 @@ class ExportRecord:
     dflash_gguf: str | None = None
     # The llama-server binary the study measured (engine.backend=llama-server) or found; None: none was known
     server_binary: str | None = None
+    # llama-server's KV cache types (-ctk, -ctv) the study measured; f16 is the server's default
+    cache_types: tuple[str, str] = ("f16", "f16")
+    # The target GGUF's quantization as its metadata states it (general.file_type: F32, Q8_0, Q4_K_M ...); None:
+    # no GGUF was measured (the export names the folder to convert)
+    target_quantization: str | None = None
+    # GGUF files made for the export where the study measured folders (the bundled models), by role:
+    # target, draft, mtp (the mimo2 file), eagle3; a role without one keeps its <...-gguf-of:PATH> placeholder
+    gguf_files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

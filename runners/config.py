@@ -24,6 +24,7 @@ from runners.backends import backend_class
 from runners.models import resolve_model_path
 from serving.gguf import ALL_TYPES as GGUF_TYPES
 from serving.gguf_file import is_gguf, read_gguf
+from serving.gguf_memory import KV_TYPES
 from tasks.suites import SUBSETS
 
 
@@ -97,6 +98,8 @@ class ServerConf:
     # a DFlash (or DSpark) draft GGUF, trained elsewhere, for drafters dflash / dspark (llama-server only)
     dflash_gguf: str | None = None
     context: int | None = None  # -c in tokens; null: the target's own context length
+    cache_type_k: str = "f16"  # -ctk: the KV cache's K type (f16 llama-server's default; q8_0, q4_0 ... save memory)
+    cache_type_v: str = "f16"  # -ctv: the KV cache's V type
     threads: int | None = None  # -t; null: run.threads, else llama.cpp's default
     start_timeout_s: float = 120.0  # seconds a server may take to load and answer /health
 
@@ -202,6 +205,8 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.model.forward, list(PATHS), "model.forward")
     backend_class(cfg.engine.backend)  # names the allowed backends when it is not one
     _choice(cfg.server.gguf_type, list(GGUF_TYPES), "server.gguf_type")
+    _choice(cfg.server.get("cache_type_k", "f16"), list(KV_TYPES), "server.cache_type_k")
+    _choice(cfg.server.get("cache_type_v", "f16"), list(KV_TYPES), "server.cache_type_v")
     if not is_known_drafter(cfg.engine.drafter):
         _choice(cfg.engine.drafter, [*sorted(DRAFTERS), "A+B (e.g. mtp+ngram)"], "engine.drafter")
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")

@@ -130,6 +130,8 @@ def server_settings(
         # a file the user brings, used as is (nothing to convert): checked whenever it is set
         dflash_gguf=_gguf(server.get("dflash_gguf"), None, server.gguf_type, "dflash"),
         context=context_of(models.target, server.context),
+        cache_type_k=server.get("cache_type_k", "f16"),
+        cache_type_v=server.get("cache_type_v", "f16"),
         threads=server.threads or cfg.run.threads,
         log_dir=log_dir,
         start_timeout_s=server.start_timeout_s,

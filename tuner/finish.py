@@ -50,6 +50,7 @@ from tuner import study as studies
 from tuner.baseline import load_baseline
 from tuner.config import register_tune_configs
 from tuner.confirm import confirm
+from tuner.export_ggufs import bundled_ggufs, served_facts
 from tuner.plots import save_study_plots
 from tuner.report import trials_table
 from tuner.setup import TuneSetup, at_level, prepare
@@ -231,7 +232,15 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         composed_config=setup.runner_config(engine),
         concurrency=setup.tuner.concurrency,
         server_binary=server_binary(setup),
+        **export_files(setup, engine),
     )
+
+
+def export_files(setup: TuneSetup, engine: EngineConfig) -> dict[str, Any]:
+    """The GGUF facts a llama-server study measured, or the bundled folders' GGUFs made for a built-in one."""
+    if setup.server is not None:
+        return served_facts(setup.server)
+    return {"gguf_files": bundled_ggufs(engine, setup.model_paths)}
 
 
 def off_export_record(setup: TuneSetup) -> ExportRecord:
@@ -250,6 +259,7 @@ def off_export_record(setup: TuneSetup) -> ExportRecord:
         composed_config=setup.runner_config(setup.base),
         concurrency=setup.tuner.concurrency,
         server_binary=server_binary(setup),
+        **export_files(setup, setup.base),
     )
 
 

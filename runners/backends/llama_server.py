@@ -56,6 +56,8 @@ class ServerSettings:
     mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
     eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
     dflash_gguf: Path | None = None  # a DFlash / DSpark draft GGUF the user brings (server.dflash_gguf)
+    cache_type_k: str = "f16"  # -ctk: KV cache K type (llama-server's default f16)
+    cache_type_v: str = "f16"  # -ctv
 
 
 class ServerBackend:
@@ -94,7 +96,8 @@ class ServerBackend:
         self.stop_tokens = stop_tokens
         self.lossy = False  # llama-server verifies losslessly; lossy rules are refused above
         self.concurrency = concurrency
-        self.args = [*exporter.argv(flags), *exporter.slot_args(concurrency)]
+        kv_flags, _ = exporter.cache_flags(settings.cache_type_k, settings.cache_type_v)
+        self.args = [*exporter.argv(flags), *exporter.argv(kv_flags), *exporter.slot_args(concurrency)]
         self.server: LlamaServer | None = None
         self._starts = 0
         # One slot per agent in flight: a task keeps its slot (and the slot's KV its prefix) until it ends.

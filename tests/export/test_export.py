@@ -417,3 +417,19 @@ def test_a_llama_cpp_lookup_with_a_model_first_wins_is_one_kind_list():
     assert llama_server.not_runnable(config) is None
     extend = EngineConfig(drafter="mtp+ngram_cache", gamma=4, options={"policy": "extend"})
     assert "only the ngram_cache part is exported" in llama_server.not_runnable(extend)
+
+
+def test_the_kv_types_and_the_files_quantization_measured_are_what_llama_server_gets():
+    engine = EngineConfig(drafter="ngram", gamma=4)
+    default = llama_server.build(make_record(engine, target="/m/Qwen3.5-4B-Q4_K_M.gguf"))
+    assert "-ctk" not in dict(default[0]) and any(r.setting == "kv cache f16" for r in default[1])
+    record = make_record(
+        engine, target="/m/Qwen3.5-4B-Q4_K_M.gguf", cache_types=("q8_0", "q4_0"), target_quantization="Q4_K_M"
+    )
+    flags, rows = llama_server.build(record)
+    assert (dict(flags)["-ctk"], dict(flags)["-ctv"], dict(flags)["-m"]) == ("q8_0", "q4_0", record.target)
+    [model] = [r for r in rows if r.setting == "model=spectune-tiny"]
+    assert "Qwen3.5-4B-Q4_K_M.gguf: Q4_K_M (general.file_type)" in model.reason and "unquantized" not in model.reason
+    assert any(r.setting == "kv cache K=q8_0 V=q4_0" for r in rows)
+    made = make_record(engine, gguf_files={"target": "/cache/target-f32.gguf"})  # a bundled folder converted
+    assert dict(llama_server.build(made)[0])["-m"] == "/cache/target-f32.gguf"

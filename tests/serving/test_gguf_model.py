@@ -139,6 +139,8 @@ def test_a_plain_file_offers_no_mtp_and_says_what_would(alone, tmp_path):
     assert not available_heads(cfg).mtp
     with pytest.raises(ValueError, match=r"a target GGUF with MTP layers, or server\.mtp_gguf"):
         check_config(cfg)
+    with pytest.raises(ValueError, match=r"server\.cache_type_k='q9'.*choose one of: f32, f16, bf16, q8_0"):
+        check_config(_cfg(tmp_path, f"model.target={alone['target']}", "server.cache_type_k=q9", "run.name=x"))
     with pytest.raises(ValueError, match=r"engine\.backend=llama-server only"):
         check_config(_cfg(tmp_path, f"model.target={alone['target']}", "engine.backend=builtin", "run.name=x"))
 

@@ -29,6 +29,8 @@ def test_a_study_on_gguf_files_only_tunes_the_files_own_mtp_heads(binary, gguf_o
         "model=gguf",
         f"model.target={target}",
         "tuner.trials=2",
+        "server.cache_type_k=q8_0",  # a quantized KV cache, as a user short of memory runs
+        "server.cache_type_v=q8_0",
         drafters={"mtp": {"gamma": [2, 3]}},
     )
     summary = execute(cfg)
@@ -44,7 +46,7 @@ def test_a_study_on_gguf_files_only_tunes_the_files_own_mtp_heads(binary, gguf_o
     run_sh = (root / "best" / "llama-server" / "run.sh").read_text()
     args = (root / "best" / "llama-server" / "llama-server.args").read_text()
     flags = [line for line in args.splitlines() if not line.startswith("#")]
-    assert str(binary.path) in run_sh and f"-m {target}" in flags
+    assert str(binary.path) in run_sh and f"-m {target}" in flags and {"-ctk q8_0", "-ctv q8_0"} <= set(flags)
     assert not any("<" in line for line in flags), "a placeholder is left where the file exists"
     assert summary["winners"]["llama-server"]["trial"] is not None
     assert server_pids(str(target)) == [], "a llama-server outlived the study"

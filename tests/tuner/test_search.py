@@ -8,6 +8,7 @@ import json
 import math
 import statistics
 import subprocess
+from pathlib import Path
 
 import optuna
 import pytest
@@ -72,6 +73,11 @@ def test_study_records_off_once_pairs_every_trial_confirms_and_exports_per_serve
         assert decision["reason"] in " ".join(readme.split()), target
     args = (root / "best" / "llama-server" / "llama-server.args").read_text()
     assert ("--spec-type none" in args) != winners["llama-server"]["on"]
+    if _has_converter():  # the bundled target converted for the export: run.sh starts with no placeholder
+        model = next(line for line in args.splitlines() if line.startswith("-m "))
+        assert model.endswith(".gguf") and Path(model[3:]).is_file(), model
+        readme = " ".join((root / "best" / "llama-server" / "README.md").read_text().split())
+        assert "converted to GGUF unquantized (convert_hf_to_gguf.py) for this export" in readme
     index = (root / "best" / "README.md").read_text()
     assert all(f"| {target} | {'ON' if d['on'] else 'OFF'} " in index for target, d in winners.items())
     assert {p.name for p in (root / "plots").iterdir()} >= {"optimization_history.png", "seconds_vs_memory.png"}
@@ -91,6 +97,16 @@ def test_study_records_off_once_pairs_every_trial_confirms_and_exports_per_serve
     assert again["resumed"] and again["best"]["number"] == best["number"]
     assert json.loads((root / "baseline.json").read_text())["runs"] == baseline["runs"]
     assert again["confirmations"] == summary["confirmations"]
+
+
+def _has_converter() -> bool:
+    from serving.gguf import converter_dir
+
+    try:
+        converter_dir()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def test_a_measured_point_is_not_measured_again_and_a_small_space_is_exhausted(tune, tmp_path):
