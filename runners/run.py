@@ -135,7 +135,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         comparison.skip = {(o.instance_id, o.repeat) for o in outcomes}
         folder.claim(cfg, outcomes)  # from here on the run folder is this run's
         torch_device = models.target.device
-        if torch_device.type != "cuda":
+        if torch_device.type != "cuda" and models.target.model is not None:  # served: server_setup's note
             console.print(
                 f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
                 f"sets only the VRAM ceiling ({cfg.hardware.vram_gib:g} GiB) checked against the memory estimate."

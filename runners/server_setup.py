@@ -114,6 +114,11 @@ def server_settings(
         raise ValueError(f"engine.backend=llama-server: {exc}") from None
     if not binary.pinned:
         print(f"warning: {binary.describe()}; spectune's flags target the pinned release")
+    if binary.backend == "cpu" and cfg.hardware.device != "cpu":
+        print(
+            f"note: llama-server {binary.path} is a CPU build: its timings are this CPU's, not {cfg.hardware.name}'s "
+            "(on the GPU machine: python -m serving.llama_install --cuda on)"
+        )
     given = _target_file(server, models)
     target = _gguf(given, None if given else models.target_path, server.gguf_type, "target")
     assert target is not None  # a target file is given, or the folder is converted

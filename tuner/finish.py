@@ -225,7 +225,7 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         eagle3_gguf=str(head_gguf) if head_gguf else None,
         dflash_gguf=str(dflash_gguf) if dflash_gguf else None,
         hardware=setup.names["hardware"],
-        measured_on=setup.workload.models.target.device.type,
+        measured_on=measured_on(setup),
         context=int(trial.user_attrs.get("largest_context") or 0),
         confirmed=confirmation or {},
         cost_ratios=trial.user_attrs.get("cost_ratios"),
@@ -234,6 +234,13 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         server_binary=server_binary(setup),
         **export_files(setup, engine),
     )
+
+
+def measured_on(setup: TuneSetup) -> str:
+    """Where the timings were taken: the llama-server build's backend (cpu | cuda), else the engine's device."""
+    if setup.server is not None and setup.server.binary.backend:
+        return setup.server.binary.backend
+    return setup.workload.models.target.device.type
 
 
 def export_files(setup: TuneSetup, engine: EngineConfig) -> dict[str, Any]:
@@ -252,7 +259,7 @@ def off_export_record(setup: TuneSetup) -> ExportRecord:
         target=str(setup.server.target_gguf) if setup.server else str(paths["target"]),
         draft=None,
         hardware=setup.names["hardware"],
-        measured_on=setup.workload.models.target.device.type,
+        measured_on=measured_on(setup),
         context=0,
         confirmed={},
         cost_ratios=None,
@@ -352,7 +359,7 @@ def _write_best(
         )
     header = [
         f"Study `{setup.study.name}`: model `{setup.names['model']}`, hardware profile `{setup.names['hardware']}` "
-        f"({setup.names['vram_gib']} GiB ceiling), timings on {setup.workload.models.target.device.type}. "
+        f"({setup.names['vram_gib']} GiB ceiling), timings on {measured_on(setup)}. "
         f"Speculation is exported ON only where the held-out confirmation's 95% interval lies above "
         f"{setup.tuner.min_speedup:g} (tuner.min_speedup).",
     ]

@@ -114,7 +114,9 @@ def test_a_file_carrying_its_hugging_face_tokenizer_runs_with_it(binary, alone):
     assert tokenizer.eos_token_id == folder.eos_token_id
 
 
-def test_a_gguf_only_run_loads_no_weights_and_drafts_with_the_files_own_mtp_layers(alone, tmp_path, monkeypatch):
+def test_a_gguf_only_run_loads_no_weights_and_drafts_with_the_files_own_mtp_layers(
+    binary, alone, tmp_path, monkeypatch, capsys
+):
     import runners.models
     from runners.run import execute
 
@@ -122,7 +124,8 @@ def test_a_gguf_only_run_loads_no_weights_and_drafts_with_the_files_own_mtp_laye
         raise AssertionError("a llama-server run loaded torch weights")
 
     monkeypatch.setattr(runners.models, "load_model", no_weights)
-    cfg = _cfg(tmp_path, "engine=mtp", "engine.gamma=3", f"model.target={alone['mtp']}", "run.name=mtp")
+    mtp = ("engine=mtp", "engine.gamma=3", f"model.target={alone['mtp']}")
+    cfg = _cfg(tmp_path, *mtp, "run.name=mtp", "hardware=rtx4060")
     assert available_heads(cfg).mtp  # no model.mtp folder, no server.mtp_gguf: the file's own layers
     summary = execute(cfg)
     baseline, candidate = summary["baseline"], summary["candidate"]
@@ -132,6 +135,8 @@ def test_a_gguf_only_run_loads_no_weights_and_drafts_with_the_files_own_mtp_laye
     assert candidate["acceptance_rate"] > 0 and summary["diverged_tasks"] == []
     assert baseline["successes"] == 1  # the stand-in solves its task: the embedded tokenizer is the folder's
     assert server_pids(str(alone["mtp"])) == [], "a llama-server outlived the run"
+    if binary.backend == "cpu":  # hardware=rtx4060 on a CPU build: said in one line before anything runs
+        assert "is a CPU build: its timings are this CPU's, not rtx4060's" in capsys.readouterr().out
 
 
 def test_a_plain_file_offers_no_mtp_and_says_what_would(alone, tmp_path):

@@ -49,4 +49,6 @@ def test_a_study_on_gguf_files_only_tunes_the_files_own_mtp_heads(binary, gguf_o
     assert str(binary.path) in run_sh and f"-m {target}" in flags and {"-ctk q8_0", "-ctv q8_0"} <= set(flags)
     assert not any("<" in line for line in flags), "a placeholder is left where the file exists"
     assert summary["winners"]["llama-server"]["trial"] is not None
+    if binary.backend == "cpu":  # a CPU build of llama-server measured it: the export says so
+        assert "measured on CPU" in (root / "best" / "llama-server" / "README.md").read_text()
     assert server_pids(str(target)) == [], "a llama-server outlived the study"
