@@ -99,7 +99,10 @@ class Comparison:
         self.baseline_engine: Backend | None = None
         if baseline is None:
             self.baseline_engine = make_backend(
-                baseline_config(reference), workload.models, workload.server, self.concurrency
+                baseline_config(reference),
+                workload.models,
+                workload.baseline_server or workload.server,
+                self.concurrency,
             )
         self.candidate_engine: Backend | None = None
         self.unsupported: str | None = None  # why the candidate cannot run on these models

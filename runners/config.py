@@ -102,6 +102,11 @@ class ServerConf:
     cache_type_v: str = "f16"  # -ctv: the KV cache's V type
     threads: int | None = None  # -t; null: run.threads, else llama.cpp's default
     start_timeout_s: float = 120.0  # seconds a server may take to load and answer /health
+    # OFF on other weights or KV types than ON (the runner only): e.g. ON = a Q4_K_M file with draft-mtp against
+    # OFF = the Q8_0 file; ON is then compared with that reference live, divergences expected and counted
+    reference_gguf: str | None = None  # OFF's GGUF (the same vocabulary); null: ON's target file
+    reference_cache_type_k: str | None = None  # OFF's -ctk; null: server.cache_type_k
+    reference_cache_type_v: str | None = None  # OFF's -ctv; null: server.cache_type_v
 
 
 @dataclass
@@ -207,6 +212,9 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.server.gguf_type, list(GGUF_TYPES), "server.gguf_type")
     _choice(cfg.server.get("cache_type_k", "f16"), list(KV_TYPES), "server.cache_type_k")
     _choice(cfg.server.get("cache_type_v", "f16"), list(KV_TYPES), "server.cache_type_v")
+    for side in ("k", "v"):
+        if cfg.server.get(f"reference_cache_type_{side}") is not None:
+            _choice(cfg.server[f"reference_cache_type_{side}"], list(KV_TYPES), f"server.reference_cache_type_{side}")
     if not is_known_drafter(cfg.engine.drafter):
         _choice(cfg.engine.drafter, [*sorted(DRAFTERS), "A+B (e.g. mtp+ngram)"], "engine.drafter")
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")

@@ -37,6 +37,7 @@ from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import summary_table, table_console
 from runners.runfolder import announce_resume, plan, record_until_stopped
+from runners.server_setup import reference_settings
 from runners.summary import summarize
 from runners.tracking import finish_or_report, make_tracker
 from runners.workload import Workload
@@ -105,7 +106,9 @@ def prepare(
     server = backend.settings_from(
         cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp, eagle3=bool(needs and needs.eagle3)
     )
-    workload = Workload.from_config(cfg, models, instances, environment, plain=plain, server=server)
+    workload = Workload.from_config(
+        cfg, models, instances, environment, plain=plain, server=server, baseline_server=reference_settings(cfg, server)
+    )
     return instances, models, out_dir, Comparison(workload, candidate, out_dir)
 
 

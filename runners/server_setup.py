@@ -12,6 +12,7 @@ and the target (serving.gguf_checks): another model's file is one line naming th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,27 @@ def server_settings(
     )
     _check_files(settings, models, mtp)
     return settings
+
+
+def reference_settings(cfg: Any, settings: ServerSettings | None) -> ServerSettings | None:
+    """OFF's settings when server.reference_* names other weights or KV types than ON runs, else None.
+
+    The reference file must speak the target's vocabulary (one line otherwise); it runs with no draft, head or
+    MTP file: OFF drafts nothing.
+    """
+    server = cfg.get("server")
+    if settings is None or server is None:
+        return None
+    file, k, v = (server.get(f"reference_{key}") for key in ("gguf", "cache_type_k", "cache_type_v"))
+    if not (file or k or v):
+        return None
+    target = Path(file).expanduser().resolve() if file else settings.target_gguf
+    if file:
+        check_same_vocabulary(read_gguf(settings.target_gguf), read_gguf(target), "server.reference_gguf")
+    return replace(
+        settings,
+        target_gguf=target,
+        mtp_gguf=None,
+        cache_type_k=k or settings.cache_type_k,
+        cache_type_v=v or settings.cache_type_v,
+    )

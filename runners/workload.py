@@ -31,6 +31,9 @@ class Workload:
     model_name: str = "model"  # label in trajectories and predictions
     plain: EngineConfig | None = None  # OFF's sampling and backend when there is no candidate (default greedy)
     server: ServerSettings | None = None  # engine.backend=llama-server: where its servers come from
+    # OFF's own server settings when OFF runs on other weights or KV types than ON (server.reference_*):
+    # then ON is measured against that reference live; None: OFF runs on `server` as ON does
+    baseline_server: ServerSettings | None = None
     concurrency: int = 1  # agents in flight at once, each side (run.concurrency; runners/concurrency.py)
 
     @classmethod
@@ -43,6 +46,7 @@ class Workload:
         *,
         plain: EngineConfig | None = None,
         server: ServerSettings | None = None,
+        baseline_server: ServerSettings | None = None,
     ) -> Workload:
         """The workload a composed runner or tuner config describes (agent limits, repeats, warm-up, model name)."""
         return cls(
@@ -55,6 +59,7 @@ class Workload:
             model_name=cfg.model.name,
             plain=plain,
             server=server,
+            baseline_server=baseline_server,
             concurrency=cfg.run.concurrency,
         )
 

@@ -201,6 +201,16 @@ def resolve_clock(setting: str, device: str, decodes_in_process: bool = True) ->
 def check(cfg: DictConfig) -> EngineConfig:
     """Validate the runner's and the tuner's values without loading anything; returns the base EngineConfig."""
     base = check_config(cfg)
+    given = [
+        f"server.{k}"
+        for k in ("reference_gguf", "reference_cache_type_k", "reference_cache_type_v")
+        if cfg.server.get(k) is not None
+    ]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)}: a study measures ON and OFF on one file and KV type (its recording is replayed); "
+            "compare files with python -m runners.run, or tune each file in its own study"
+        )
     t, s = cfg.tuner, cfg.study
     if t.trials < 0:
         raise ValueError(f"tuner.trials must be >= 0, got {t.trials}")

@@ -191,3 +191,25 @@ def test_a_separate_mtp_file_beside_another_target_file_is_refused(binary, alone
     cfg = _cfg(tmp_path, "model=spectune-tiny", f"server.mtp_gguf={alone['mtp']}")
     settings = server_settings(cfg, models, tmp_path, draft=False, mtp=True)
     assert settings.target_gguf == settings.mtp_gguf == alone["mtp"]  # OFF runs on the MTP file too
+
+
+def test_on_measured_against_a_reference_file_and_kv_types_runs_off_there(alone, tmp_path):
+    """server.reference_*: OFF on the plain file with f16 KV, ON with the MTP file's heads and a q8_0 KV cache."""
+    from runners.run import execute
+    from tuner.setup import check
+
+    reference = (
+        "engine=mtp",
+        "engine.gamma=2",
+        f"model.target={alone['mtp']}",
+        f"server.reference_gguf={alone['target']}",
+    )
+    kv = ("server.cache_type_k=q8_0", "server.cache_type_v=q8_0", "server.reference_cache_type_k=f16")
+    summary = execute(_cfg(tmp_path, *reference, *kv, "server.reference_cache_type_v=f16", "run.name=ref"))
+    off, on = summary["backend"]["baseline"], summary["backend"]["candidate"]
+    assert (off["target_gguf"], on["target_gguf"]) == (str(alone["target"]), str(alone["mtp"]))
+    assert "-ctk" not in off["args"] and on["args"][on["args"].index("-ctk") + 1] == "q8_0"
+    assert summary["candidate"]["acceptance_rate"] > 0 and summary["candidate"]["tasks"] == 1
+    other = _cfg(tmp_path, *reference, "run.name=x")
+    with pytest.raises(ValueError, match=r"server\.reference_gguf: a study measures ON and OFF on one file"):
+        check(other)  # the tuner replays one file's recording: it refuses a reference
