@@ -34,8 +34,9 @@ from serving.gguf_file import GgufInfo, read_gguf, token_strings
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
 
-# The vocabulary server's flags: all on the CPU, nothing computed before it is asked, one small slot.
-VOCAB_ARGS = ("-ngl", "0", "--no-warmup", "-np", "1", "--spec-type", "none")
+# The vocabulary server's flags: all on the CPU, nothing computed before it is asked, weights left as mapped
+# (no CPU repack: a copy of every quantized tensor), one small slot.
+VOCAB_ARGS = ("-ngl", "0", "--no-warmup", "--no-repack", "-np", "1", "--spec-type", "none")
 VOCAB_CONTEXT = 256
 
 
