@@ -13,7 +13,9 @@ pre-tokenizer it does not know ("BPE pre-tokenizer was not recognized"); the bun
 pre-tokenizer is one. Then, and only then, the file is written with the pre-tokenizer name `--pre`
 (default "default") and a warning: the server's own *text* tokenisation of such a model is not
 spectune's, so spectune drives it with token ids only (`/completion` with `"prompt": [ids]`), which
-is what the agent loop has anyway. Real models (Qwen, Llama) convert as usual.
+is what the agent loop has anyway; the folder's tokenizer.json goes into the file as
+`tokenizer.huggingface.json` (GGUF's key for such a tokenizer), so a run on the file alone
+(`model=gguf`, serving/gguf_tokenizer.py) tokenizes as the folder does. Real models (Qwen, Llama) convert as usual.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from serving.quantize import QUANT_TYPES, quantize_gguf
 TYPES = ("f32", "f16", "bf16", "q8_0")  # what the converter writes itself
 # Every type a model folder can be exported to: the converter's, then llama-quantize's others (f32 first).
 ALL_TYPES = TYPES + tuple(kind for kind in QUANT_TYPES if kind not in TYPES)
+# What spectune adds to the converter's output; a new value converts cached files again. 2: a tokenizer llama.cpp
+# cannot reproduce is embedded as tokenizer.huggingface.json (read by runners.models for a GGUF-only target).
+FORMAT = 2
 # Run in a fresh interpreter: import the pinned converter, make an unknown pre-tokenizer fall back to
 # a named one (reported on stderr), then run the converter's own command line unchanged.
 # A mimo2 folder (serving/mtp_gguf.py) holds fewer MTP layers than the 3 the converter assumes for MiMo-V2
@@ -55,6 +60,9 @@ def get_vocab_base_pre(self, tokenizer):
     except NotImplementedError:
         print(f"spectune: pre-tokenizer not known to llama.cpp; writing {pre!r} (drive the server with token ids)",
               file=sys.stderr)
+        hf_json = self.dir_model / "tokenizer.json"
+        if hf_json.is_file():  # GGUF's own key for a tokenizer llama.cpp cannot run: the file stays self-contained
+            self.gguf_writer.add_string("tokenizer.huggingface.json", hf_json.read_text())
         return pre
 base.TextModel.get_vocab_base_pre = get_vocab_base_pre
 sys.argv = [convert + "/convert_hf_to_gguf.py", *sys.argv[4:]]
@@ -124,7 +132,7 @@ def cache_file(name: str, folders: Sequence[str | Path], kind: str) -> Path:
     """Where a GGUF made from `folders` is kept: keyed by their paths and every file's name, size and
     modification time (an edited model is converted again), the type and the pinned release. An entry that is
     a file (a GGUF to quantize, serving/quantize.py) counts as itself."""
-    digest = hashlib.sha256(f"{kind}|{PINNED}".encode())
+    digest = hashlib.sha256(f"{kind}|{PINNED}|{FORMAT}".encode())
     for folder in (Path(f).resolve() for f in folders):
         files = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
         for path in files:
