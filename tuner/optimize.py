@@ -100,7 +100,7 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
     )
     done_before = len([x for x in study.get_trials(deepcopy=False) if studies.counts_toward_budget(x)])
     for drafter, why in setup.space.left_out.items():
-        console.print(f"[yellow]note:[/] drafter {drafter} left out: {why}")
+        console.print(f"[yellow]note:[/] {'drafter ' if '=' not in drafter else ''}{drafter} left out: {why}")
     w = setup.workload
     console.print(
         f"study {s.name!r} ({setup.storage_description}): space {setup.space.name!r} {sorted(setup.space.drafters)}, "

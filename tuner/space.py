@@ -141,10 +141,38 @@ def _missing(
     if needs.draft_model and not has_draft:
         return "the model config has no draft (model.draft is null)"
     if needs.mtp and not has_mtp:
+        if backend.export_target:  # a served target: MTP layers inside its GGUF serve too
+            return (
+                "no MTP weights: the target GGUF has no MTP layers (nextn_predict_layers), server.mtp_gguf and "
+                "model.mtp are null"
+            )
         return "the model config has no MTP weights (model.mtp is null; train them: python -m training.mtp)"
     if needs.eagle3 and not has_eagle3:
         return "the model config has no EAGLE-3 head (model.eagle3 is null; train one: python -m training.eagle3)"
     return None
+
+
+def _runnable_choices(name: str, knobs: dict[str, Knob], backend: type) -> tuple[dict[str, Knob], dict[str, str]]:
+    """The knobs without the categorical values `backend` cannot run (e.g. policy=extend on llama-server, whose
+    drafter list is first-wins only), and `{drafter.knob=value: why}` for each value dropped, so no trial is
+    spent on a configuration refused before it runs."""
+    kept, dropped = dict(knobs), {}
+    for knob, spec in knobs.items():
+        if spec.choices is None:
+            continue
+        runnable = []
+        for value in spec.choices:
+            engine = {knob: value} if knob in ENGINE_KNOBS else {"options": {knob: value}}
+            try:
+                why = backend.not_runnable(EngineConfig(drafter=name, **engine))
+            except (ValueError, TypeError):  # a value the engine itself refuses: load_space's checks name it
+                why = None
+            if why:
+                dropped[f"{name}.{knob}={value}"] = why
+            else:
+                runnable.append(value)
+        kept[knob] = replace(spec, choices=tuple(runnable))
+    return kept, dropped
 
 
 def load_space(
@@ -197,6 +225,11 @@ def load_space(
             why = _not_served(name, serve)
         if why is None and server_kinds is not None:
             why = _not_in_binary(name, knobs, server_kinds, server_binary)
+        if why is None and kind.export_target:
+            knobs, dropped = _runnable_choices(name, knobs, kind)
+            left_out.update(dropped)
+            if any(k.choices == () for k in knobs.values()):
+                why = "; ".join(dropped.values())
         if why:
             left_out[name] = why
             continue

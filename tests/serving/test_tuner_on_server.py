@@ -84,3 +84,24 @@ def test_a_two_level_study_on_llama_server_measures_each_load_there(binary, gguf
     assert args[args.index("-np") + 1] == "2" and "--kv-unified" in args
     assert (runs / "t" / "levels" / "README.md").is_file()
     assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the study"
+
+
+def test_a_value_llama_server_cannot_run_is_left_out_before_any_trial():
+    """policy=extend (the head continues a lookup draft) has no llama.cpp equivalent: dropped from the choices."""
+    space = load_space(
+        {"drafters": {"mtp+ngram": {"gamma": 3, "policy": ["first", "extend"]}, "ngram": {"gamma": 4}}},
+        has_draft=False,
+        has_mtp=True,
+        backend="llama-server",
+    )
+    assert space.drafters["mtp+ngram"]["policy"].choices == ("first",)
+    assert "first-wins" in space.left_out["mtp+ngram.policy=extend"]
+    only_extend = load_space(
+        {"drafters": {"mtp+ngram": {"gamma": 3, "policy": ["extend"]}, "ngram": {"gamma": 4}}},
+        has_draft=False,
+        has_mtp=True,
+        backend="llama-server",
+    )
+    assert list(only_extend.drafters) == ["ngram"] and "first-wins" in only_extend.left_out["mtp+ngram"]
+    builtin = load_space({"drafters": {"mtp+ngram": {"policy": ["first", "extend"]}}}, has_draft=False, has_mtp=True)
+    assert builtin.drafters["mtp+ngram"]["policy"].choices == ("first", "extend")
