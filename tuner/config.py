@@ -62,6 +62,10 @@ class TunerConf:
     # Agents at once to tune for: one study per level, each measured (and confirmed) paired with OFF at that level.
     # [1] by default: the main command's time budget covers one level; [1, 4] adds the load test's level.
     concurrency: list[int] = field(default_factory=lambda: [1])
+    # llama-server only: other GGUF files of the same model a trial may run ON with (model.target is the reference
+    # OFF runs on) and KV cache types besides server.cache_type_k/v; a trial that changes either is measured live
+    targets: list[str] = field(default_factory=list)
+    cache_types: list[str] = field(default_factory=list)
 
 
 @dataclass

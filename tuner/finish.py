@@ -46,6 +46,7 @@ from runners.report import table_console
 from runners.tracking import finish_or_report
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from tasks.sandbox.owner import is_alive, owner_token
+from tuner import server_choice
 from tuner import study as studies
 from tuner.baseline import load_baseline
 from tuner.config import register_tune_configs
@@ -186,6 +187,11 @@ def confirmation_for(setup: TuneSetup, trial: FrozenTrial, stop: GracefulStop, c
     )
     started = time.monotonic()
     workload = setup.workload.with_(instances=setup.held_out, repeats=t.confirm_repeats)
+    choice = server_choice.of_trial(trial.user_attrs)
+    if server_choice.changes_numbers(choice, setup.choices):  # ON on its own file / KV type, OFF on the reference
+        assert choice is not None and workload.server is not None
+        on = server_choice.settings_for(workload.server, choice, engine)
+        workload = workload.with_(server=on, baseline_server=workload.server)
     comparison = Comparison(workload, engine, folder)
     result = confirm(comparison, until_stopped(comparison, stop), resamples=t.bootstrap_resamples, seed=0)
     result.update(trial=trial.number, engine=asdict(engine), split=t.confirm_split)
@@ -211,14 +217,18 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
     server, paths = setup.server, setup.model_paths
     draft = (str(server.draft_gguf) if server and server.draft_gguf else paths["draft"]) if needs.draft_model else None
     mtp = (str(server.mtp_gguf) if server and server.mtp_gguf else paths["mtp"]) if needs.mtp else None
+    choice = server_choice.of_trial(trial.user_attrs)
+    if choice is not None and needs.mtp:
+        mtp = choice.target  # the trial's own file holds the MTP layers it ran
     # the head's folder for vLLM and SGLang, and the GGUF a llama-server study measured (if any) for llama-server
     head_gguf = getattr(server, "eagle3_gguf", None) if needs.eagle3 else None
     dflash_gguf = getattr(server, "dflash_gguf", None) if needs.server_draft else None
     return ExportRecord(
         engine=engine,
         model_name=setup.names["model"],
-        # the GGUFs a llama-server study measured, else the folders (the export names what to convert)
-        target=str(server.target_gguf) if server else str(paths["target"]),
+        # the GGUFs a llama-server study measured (the trial's own choice), else the folders (the export names
+        # what to convert)
+        target=(choice.target if choice else str(server.target_gguf)) if server else str(paths["target"]),
         draft=draft,
         mtp=mtp,
         eagle3=paths.get("eagle3") if needs.eagle3 else None,
@@ -232,7 +242,7 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         composed_config=setup.runner_config(engine),
         concurrency=setup.tuner.concurrency,
         server_binary=server_binary(setup),
-        **export_files(setup, engine),
+        **export_files(setup, engine, trial),
     )
 
 
@@ -243,10 +253,14 @@ def measured_on(setup: TuneSetup) -> str:
     return setup.workload.models.target.device.type
 
 
-def export_files(setup: TuneSetup, engine: EngineConfig) -> dict[str, Any]:
-    """The GGUF facts a llama-server study measured, or the bundled folders' GGUFs made for a built-in one."""
+def export_files(setup: TuneSetup, engine: EngineConfig, trial: FrozenTrial | None = None) -> dict[str, Any]:
+    """The GGUF facts a llama-server study measured (the trial's own file and KV type when it chose them), or the
+    bundled folders' GGUFs made for a built-in one."""
     if setup.server is not None:
-        return served_facts(setup.server)
+        choice = server_choice.of_trial(trial.user_attrs) if trial is not None else None
+        if choice is None:
+            return served_facts(setup.server)
+        return served_facts(server_choice.settings_for(setup.server, choice, engine))
     return {"gguf_files": bundled_ggufs(engine, setup.model_paths)}
 
 

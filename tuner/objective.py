@@ -49,7 +49,7 @@ from runners.outcomes import SideRun, TaskOutcome
 from runners.replay import ReplayComparison
 from runners.summary import cost_ratios, side_summary, summarize
 from tasks.sandbox.owner import owner_token
-from tuner import constraints
+from tuner import constraints, server_choice
 from tuner import study as studies
 from tuner.baseline import BaselineRecord, record_from_outcomes
 from tuner.confirm import per_repeat_speedups, speedup_interval
@@ -238,20 +238,28 @@ class Objective:
         if self.baseline is None:
             raise RuntimeError("the baseline (trial 0) has not been recorded; it must run before any candidate")
         config = suggest(trial, self.setup.space, self.setup.base)
+        choice = server_choice.suggest(trial, self.setup.choices)  # a llama-server study's file and KV type
         trial.set_user_attr("engine", asdict(config))
         trial.set_user_attr("server_fit", {name: f.fit for name, f in fits(config).items()})
         earlier = self._earlier(trial)
         if earlier is not None:
             return self._reuse(trial, earlier)
         lossy = Engine.validate(config)[1].lossy
-        mode = measure_mode(self.setup.tuner.measure, config, lossy)
+        changed = server_choice.changes_numbers(choice, self.setup.choices)
+        # other weights or KV types than the recording's: ON live on its own, against OFF on the reference
+        mode = "live" if changed else measure_mode(self.setup.tuner.measure, config, lossy)
         trial.set_user_attr("measure", mode)
         trial.set_user_attr("concurrency", self.workload.concurrency)
         trial.set_user_attr("clock", self.setup.tuner.clock)
+        workload = self.workload
+        if changed:
+            assert choice is not None and self.workload.server is not None
+            on = server_choice.settings_for(self.workload.server, choice, config)
+            workload = workload.with_(server=on, baseline_server=self.workload.server)
         if mode == "replay":
-            comparison: Comparison = ReplayComparison(self.workload, config, self._dir(trial), self.baseline.recording)
+            comparison: Comparison = ReplayComparison(workload, config, self._dir(trial), self.baseline.recording)
         else:
-            comparison = Comparison(self.workload, config, self._dir(trial))
+            comparison = Comparison(workload, config, self._dir(trial))
         if comparison.unsupported:
             trial.set_user_attr("reason", f"unsupported: {comparison.unsupported}")
             raise UnsupportedConfiguration(comparison.unsupported)
@@ -274,7 +282,8 @@ class Objective:
             ordered, repeats=repeats, lossy=comparison.lossy, greedy=comparison.greedy, unsupported=None
         )
         side = summary["candidate"]
-        figures = constraints.memory_figures(config, self.setup.memory, self.baseline.needed_context)
+        memory = server_choice.memory_for(self.setup.memory, server_choice.of_trial(trial.user_attrs))
+        figures = constraints.memory_figures(config, memory, self.baseline.needed_context)
         peak = self._measured_peak(config, side)
         self._record_side(trial, side, figures, tasks_run=len(outcomes), memory_bytes=peak)
         repeat_speedups = [v for v in per_repeat_speedups(summary) if v is not None]

@@ -118,6 +118,8 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
             f"sets only the VRAM ceiling ({setup.names['vram_gib']} GiB) checked against the memory model."
         )
     size = space_size(drafter_points(setup.space, setup.base))
+    if size is not None:  # every drafter point on each target file and KV type a llama-server study may choose
+        size *= len(setup.choices.targets) * len(setup.choices.cache_types)
     progress = StudyProgress(console, t.trials + (1 if record is None else 0), setup.progress)
     exhausted = False
 

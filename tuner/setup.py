@@ -28,7 +28,7 @@ from serving.llama_capabilities import Capabilities, probe
 from tasks.environment import make_environment
 from tasks.schema import Instance
 from tasks.suites import load_suite
-from tuner import constraints
+from tuner import constraints, server_choice
 from tuner.space import Space, load_space
 from tuner.storage import describe_storage
 from tuner.study import PRUNERS, SAMPLERS
@@ -104,6 +104,8 @@ class TuneSetup:
     fingerprint: dict[str, Any]  # what a resumed study must share with the one it resumes
     composed: dict[str, Any] = field(repr=False)  # the resolved config, for the export's spectune.yaml and MLflow
     progress: bool = True
+    # llama-server: the target files and KV types a trial may choose (tuner.targets, tuner.cache_types)
+    choices: server_choice.Choices = field(default_factory=lambda: server_choice.Choices(("",), ("f16",)))
 
     @property
     def storage_description(self) -> str:
@@ -327,6 +329,9 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         fingerprint["backend"] = base.backend
     if serve:
         fingerprint["serve"] = list(serve)
+    choices = server_choice.study_choices(list(cfg.tuner.targets), list(cfg.tuner.cache_types), server)
+    if choices.any:  # other files or KV types are other trials: another study
+        fingerprint["choices"] = {"targets": list(choices.targets), "cache_types": list(choices.cache_types)}
     if any(n.server_draft for n in needs) and server is not None and server.dflash_gguf:
         fingerprint["dflash_gguf"] = str(server.dflash_gguf)  # another draft is another study
     t, s, tr = cfg.tuner, cfg.study, cfg.tracking
@@ -397,4 +402,5 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         fingerprint=fingerprint,
         composed=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
         progress=cfg.run.progress,
+        choices=choices,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.serving.conftest import server_pids
 from tests.tuner.conftest import tune_config
 from tuner.search import execute
@@ -52,3 +54,59 @@ def test_a_study_on_gguf_files_only_tunes_the_files_own_mtp_heads(binary, gguf_o
     if binary.backend == "cpu":  # a CPU build of llama-server measured it: the export says so
         assert "measured on CPU" in (root / "best" / "llama-server" / "README.md").read_text()
     assert server_pids(str(target)) == [], "a llama-server outlived the study"
+
+
+def test_a_study_chooses_the_file_and_kv_type_and_measures_other_numbers_live(binary, gguf_only, tmp_path):
+    """tuner.targets / tuner.cache_types: a trial on another file or KV type runs ON there, live, against OFF on
+    the reference file; its memory figures are its own file's."""
+    from serving.quantize import cached_quantized
+
+    q8 = cached_quantized(gguf_only["mtp"], "q8_0")
+    cfg = tune_config(
+        tmp_path,
+        "engine.backend=llama-server",
+        "space=llama-server",
+        "model=gguf",
+        f"model.target={gguf_only['mtp']}",
+        "tuner.trials=4",
+        f"tuner.targets=[{q8}]",
+        "tuner.cache_types=[q8_0]",
+        drafters={"mtp": {"gamma": [2]}},
+    )
+    execute(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "runs" / "t" / "trials.jsonl").read_text().splitlines()]
+    candidates = [r for r in rows[1:] if r["state"] in ("COMPLETE", "PRUNED")]
+    assert candidates and all({"server.target", "server.cache_type"} <= set(r["params"]) for r in candidates)
+    reference = (str(gguf_only["mtp"].resolve()), "f16")
+    changed = [r for r in candidates if (r["params"]["server.target"], r["params"]["server.cache_type"]) != reference]
+    assert changed, "the seeded sampler tried no other file or KV type: raise tuner.trials"
+    for row in candidates:
+        attrs = row["user_attrs"]
+        assert attrs["measure"] == ("live" if row in changed else "replay"), row["params"]
+        assert attrs["acceptance_rate"] > 0 and attrs["regressions"] == []
+    by_file = {r["params"]["server.target"]: r["user_attrs"]["memory_estimate_bytes"] for r in candidates}
+    if len(by_file) == 2:  # the Q8_0 file's weights are a quarter of the F32 file's
+        assert by_file[str(q8)] < by_file[reference[0]]
+    # the export of a trial that chose another file and KV type names them (the one its server ran)
+    import optuna
+
+    from tuner.finish import export_record
+    from tuner.setup import prepare
+
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'runs' / 't' / 'study.db'}")
+    [trial] = [t for t in study.trials if t.number == changed[0]["number"]]
+    record = export_record(prepare(cfg), trial, None)
+    chosen = trial.params["server.target"]
+    assert (record.target, record.mtp, record.cache_types) == (chosen, chosen, (trial.params["server.cache_type"],) * 2)
+    assert record.target_quantization == ("Q8_0" if chosen == str(q8) else "F32")
+    with pytest.raises(ValueError, match=r"tuner\.cache_types: 'q9' is not allowed"):
+        execute(
+            tune_config(
+                tmp_path,
+                "engine.backend=llama-server",
+                "model=gguf",
+                f"model.target={q8}",
+                "tuner.cache_types=[q9]",
+                "study.name=bad",
+            )
+        )
