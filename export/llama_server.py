@@ -588,11 +588,17 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
 def _model_row(record: ExportRecord, model: str) -> Mapping:
     """The model's row: the file's own quantization as measured, or what converting the folder gives."""
     if record.target_quantization:
+        against = (
+            f"; chosen by the study and measured against OFF on the reference ({record.reference}), so the "
+            "speedup includes what this file and KV type change by themselves"
+            if record.reference
+            else ""
+        )
         return _row(
             f"model={record.model_name}",
             EXACT,
             f"{Path(model).name}: {record.target_quantization} (general.file_type), the file the study measured; "
-            "another quantization changes acceptance and speed",
+            f"another quantization changes acceptance and speed{against}",
         )
     if model.endswith(".gguf"):
         return _row(

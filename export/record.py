@@ -48,6 +48,9 @@ class ExportRecord:
     # GGUF files made for the export where the study measured folders (the bundled models), by role:
     # target, draft, mtp (the mimo2 file), eagle3; a role without one keeps its <...-gguf-of:PATH> placeholder
     gguf_files: dict[str, str] = field(default_factory=dict)
+    # The reference OFF ran on when the winner chose another file or KV type (tuner.targets / cache_types):
+    # "FILE.gguf, KV f16"; its speedup then includes what the file and KV type change by themselves
+    reference: str | None = None
 
 
 @dataclass(frozen=True)

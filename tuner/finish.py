@@ -239,7 +239,7 @@ def export_record(setup: TuneSetup, trial: FrozenTrial, confirmation: dict[str, 
         context=int(trial.user_attrs.get("largest_context") or 0),
         confirmed=confirmation or {},
         cost_ratios=trial.user_attrs.get("cost_ratios"),
-        composed_config=setup.runner_config(engine),
+        composed_config=setup.runner_config(engine, server_choice.of_trial(trial.user_attrs)),
         concurrency=setup.tuner.concurrency,
         server_binary=server_binary(setup),
         **export_files(setup, engine, trial),
@@ -260,7 +260,11 @@ def export_files(setup: TuneSetup, engine: EngineConfig, trial: FrozenTrial | No
         choice = server_choice.of_trial(trial.user_attrs) if trial is not None else None
         if choice is None:
             return served_facts(setup.server)
-        return served_facts(server_choice.settings_for(setup.server, choice, engine))
+        facts = served_facts(server_choice.settings_for(setup.server, choice, engine))
+        if server_choice.changes_numbers(choice, setup.choices):
+            reference = setup.choices.reference
+            facts["reference"] = f"{Path(reference.target).name}, KV {reference.cache_type}"
+        return facts
     return {"gguf_files": bundled_ggufs(engine, setup.model_paths)}
 
 

@@ -246,6 +246,7 @@ class Objective:
             return self._reuse(trial, earlier)
         lossy = Engine.validate(config)[1].lossy
         changed = server_choice.changes_numbers(choice, self.setup.choices)
+        trial.set_user_attr("changes_numbers", changed)  # only llama-server can run its file / KV type (winners)
         # other weights or KV types than the recording's: ON live on its own, against OFF on the reference
         mode = "live" if changed else measure_mode(self.setup.tuner.measure, config, lossy)
         trial.set_user_attr("measure", mode)

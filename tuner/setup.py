@@ -112,10 +112,22 @@ class TuneSetup:
         """The storage for logs (the password of a URL masked)."""
         return describe_storage(self.study.storage, self.study_dir)
 
-    def runner_config(self, engine: EngineConfig) -> dict[str, Any]:
-        """The composed `runners.run` config that reproduces the confirmation with `engine`."""
+    def runner_config(self, engine: EngineConfig, choice: server_choice.ServerChoice | None = None) -> dict[str, Any]:
+        """The composed `runners.run` config that reproduces the confirmation with `engine` (and the trial's own
+        file and KV type, against OFF on the reference's, when it chose others)."""
         data = {k: v for k, v in _copy(self.composed).items() if k not in TUNER_KEYS}
         data["engine"] = asdict(engine)
+        if server_choice.changes_numbers(choice, self.choices):
+            assert choice is not None
+            reference = self.choices.reference
+            data["model"]["target"] = choice.target
+            data["server"].update(
+                cache_type_k=choice.cache_type,
+                cache_type_v=choice.cache_type,
+                reference_gguf=reference.target,
+                reference_cache_type_k=reference.cache_type,
+                reference_cache_type_v=reference.cache_type,
+            )
         t = self.tuner
         data["task"].update(split=t.confirm_split, limit=t.confirm_limit, subset="spread")
         # a rerun starts a run of its own (the runner reads both keys: dropping them made the rerun crash)

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial
 
 from engine.engine import EngineConfig
 from export.fit import Fit, server_fit
+from export.llama_server import TARGET as LLAMA_SERVER
 from tuner import study as studies
 
 SPECTUNE = "spectune"  # the engine's own best, whatever servers can run
@@ -76,6 +77,8 @@ def pick_winners(trials: list[FrozenTrial], servers: tuple[str, ...]) -> dict[st
     for server in servers:
         out[server] = Winner(server, None)
         for trial in ranked:
+            if trial.user_attrs.get("changes_numbers") and server != LLAMA_SERVER:
+                continue  # another GGUF file or KV type (tuner.targets / cache_types): only llama-server runs it
             fit = server_fit(EngineConfig(**trial.user_attrs["engine"]), server)
             if fit.runnable:
                 out[server] = Winner(server, trial, fit)

@@ -99,6 +99,10 @@ def test_a_study_chooses_the_file_and_kv_type_and_measures_other_numbers_live(bi
     chosen = trial.params["server.target"]
     assert (record.target, record.mtp, record.cache_types) == (chosen, chosen, (trial.params["server.cache_type"],) * 2)
     assert record.target_quantization == ("Q8_0" if chosen == str(q8) else "F32")
+    assert record.reference == f"{gguf_only['mtp'].name}, KV f16"  # the export says what OFF ran on
+    rerun = record.composed_config  # spectune.yaml's runner config: ON on the chosen pair, OFF on the reference
+    assert rerun["model"]["target"] == chosen and rerun["server"]["reference_gguf"] == reference[0]
+    assert trial.user_attrs["changes_numbers"] is True
     with pytest.raises(ValueError, match=r"tuner\.cache_types: 'q9' is not allowed"):
         execute(
             tune_config(

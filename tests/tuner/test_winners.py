@@ -53,6 +53,16 @@ def test_each_server_gets_the_best_configuration_it_can_run():
     assert not decision.on and decision.trial is None and "no feasible configuration vLLM can run" in decision.reason
 
 
+def test_a_trial_on_another_gguf_file_or_kv_type_wins_for_llama_server_only():
+    trials = [
+        _trial(1, 0.50, EngineConfig(drafter="suffix"), changes_numbers=True),  # a Q4_K_M file with a q8_0 KV cache
+        _trial(2, 0.70, EngineConfig(drafter="ngram"), changes_numbers=False),  # the reference file and KV type
+    ]
+    winners = pick_winners(trials, SERVERS)
+    assert winners[SPECTUNE].trial.number == 1 and winners["llama-server"].trial.number == 1
+    assert winners["vLLM"].trial.number == 2 and winners["SGLang"].trial.number == 2  # they run no GGUF / KV type
+
+
 def _confirmed(low: float | None, high: float | None, regressions: tuple[str, ...] = ()) -> dict:
     pooled = None if low is None else (low + high) / 2
     return {
