@@ -57,16 +57,6 @@ class GgufInfo:
     target_hidden_size: int | None = None  # an EAGLE-3 head's <arch>.target_hidden_size: the target it was made for
     extra: dict[str, Any] = field(default_factory=dict)  # sliding-window facts and other architecture keys
 
-    @property
-    def kv_layers(self) -> int:
-        """Layers that hold KV for the trunk (llama.cpp's MTP layers keep their own, counted the same way)."""
-        return self.n_layer
-
-    def kv_bytes_per_token(self, k_bytes_per_value: float, v_bytes_per_value: float) -> float:
-        """KV bytes one position takes over every layer, for K and V stored at the given bytes per value."""
-        heads = self.n_head_kv if len(self.n_head_kv) == self.n_layer else (self.n_head_kv[0],) * self.n_layer
-        return sum(h * (self.key_length * k_bytes_per_value + self.value_length * v_bytes_per_value) for h in heads)
-
     def describe(self) -> str:
         """One line: file, architecture, quantization, size, native MTP layers."""
         mtp = f", {self.nextn_layers} native MTP layer(s)" if self.nextn_layers else ""
