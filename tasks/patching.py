@@ -1,4 +1,4 @@
-"""Unified diffs: which paths they touch, whether that is safe, what they really wrote, and applying them.
+"""Unified diffs: which paths they touch, whether that is safe, and applying them.
 
 Patches come from an agent (untrusted). Every check runs on *parsed* paths: git's C-style quoting
 (`"a/con\\164est.py"`) is decoded, and the paths git itself would touch (`git apply --numstat -z`,
@@ -9,11 +9,6 @@ read the way git reads it, `0120000` and `120777` included, and from git's own `
 applying, no touched path or folder above it may be a symlink. git refuses most of the same; this is
 the second lock. A patch naming more than MAX_PATCH_FILES files is refused (`TooManyFilesError`), so
 grading time stays bounded.
-
-What a patch wrote is read from the files, not from the patch text (`added_lines`): a diff can say the
-same thing as a git binary patch (base85), under a quoted path, or through `.gitattributes`, so text
-checks run on the post-apply contents. A binary section on a text or source file (`binary_sources`) is
-reported so the caller can refuse it.
 
 Stray symlinks (`drop_symlinks`). An agent's workspace diff holds every symlink it left behind (`ln -s x
 y`: a `new file mode 120000` section), and refusing the whole patch for one would refuse a correct fix
@@ -28,13 +23,9 @@ Not here: running tests or sandboxes.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import stat
 import subprocess
-import tempfile
-import tokenize
 from pathlib import Path, PurePosixPath
 
 _DIFF_GIT = re.compile(r"^diff --git (.+)$")
@@ -46,14 +37,6 @@ _INDEX_MODE = re.compile(r"^index [^ .]*\.\.[^ ]*( .*)$")
 # `git apply --summary`: " create mode 120000 y", " delete mode ...", " mode change 100644 => 120000 y"
 _SUMMARY_MODES = re.compile(r"^ (?:(?:create|delete) mode (\d+)|mode change (\d+) => (\d+)) ", re.MULTILINE)
 TEST_FILE = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$)")
-# Files that decide how tests are collected, configured or imported, or how git diffs the workspace
-# (`.gitattributes` can turn any file into a binary patch): never part of a fix.
-TEST_INFRASTRUCTURE = re.compile(
-    r"(^|/)(conftest\.py|pytest\.py|_?pytest/.*|pytest\.ini|\.pytest\.ini|tox\.ini|setup\.cfg"
-    r"|sitecustomize\.py|usercustomize\.py|[^/]*\.pth|[^/]*\.pyc|__pycache__/.*|\.gitattributes|\.gitconfig)$"
-)
-# Source and text files: a binary section on one of these is refused whatever it holds (`binary_sources`).
-TEXT_SUFFIXES = frozenset(".py .pyi .pyw .pyx .pxd .pth .cfg .toml .ini .txt .md .rst .json .yaml .yml .sh".split())
 # The bundled swe-lite suite's gold patches touch 1 file each (train, dev, test; test_patch at most 4), and
 # SWE-bench Lite's are single-file by construction; a correct fix plus its stray files (a repro script, a
 # log) stays far below this, while 20,000 small files took ~54 s to grade in docker.
@@ -181,23 +164,13 @@ def _names_symlink(text: str) -> bool:
     return False
 
 
-def _is_binary_section(section: str) -> bool:
-    """Whether a section carries a binary patch: `GIT binary patch`, or `Binary files ... differ` (git's own
-    `--numstat` view, used next to this, catches any other spelling git accepts)."""
-    for line in _lines(section):
-        text = line.rstrip("\n")
-        if text == "GIT binary patch" or (text.startswith(("Binary files ", "Files ")) and text.endswith(" differ")):
-            return True
-    return False
-
-
-def _git_stat(patch: str) -> tuple[list[str], list[str], bool]:
-    """git's own parse of `patch` (`git apply --numstat --summary -z`): (paths, binary paths, sets a symlink).
+def _git_stat(patch: str) -> tuple[list[str], bool]:
+    """git's own parse of `patch` (`git apply --numstat --summary -z`): (paths, whether it sets a symlink).
 
     PatchParseError if git cannot parse it.
     """
     if not patch.strip():
-        return [], [], False
+        return [], False
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
     done = subprocess.run(
         ["git", "apply", "--numstat", "--summary", "-z", "-"],
@@ -210,12 +183,11 @@ def _git_stat(patch: str) -> tuple[list[str], list[str], bool]:
     )
     if done.returncode != 0:
         raise PatchParseError(f"patch does not parse: {done.stderr.decode(errors='replace').strip()}")
-    # "added\tdeleted\tpath\0", or for a rename "added\tdeleted\t\0old\0new\0" ("-\t-" for a binary
-    # file); then the summary, newline-terminated text, after the last NUL
+    # "added\tdeleted\tpath\0", or for a rename "added\tdeleted\t\0old\0new\0"; then the summary,
+    # newline-terminated text, after the last NUL
     numstat, _, summary = done.stdout.decode("utf-8", errors="surrogateescape").rpartition("\0")
     fields = numstat.split("\0")
     paths: list[str] = []
-    binary: list[str] = []
     i = 0
     while i < len(fields):
         head = fields[i]
@@ -226,10 +198,8 @@ def _git_stat(patch: str) -> tuple[list[str], list[str], bool]:
         named = [counts[2]] if len(counts) == 3 and counts[2] else [p for p in fields[i + 1 : i + 3] if p]
         i += 1 if len(counts) == 3 and counts[2] else 3
         paths += named
-        if counts[:2] == ["-", "-"]:
-            binary += named
     modes = [int(m, 8) for groups in _SUMMARY_MODES.findall(summary) for m in groups if m]
-    return list(dict.fromkeys(paths)), list(dict.fromkeys(binary)), any(_is_symlink_mode(m) for m in modes)
+    return list(dict.fromkeys(paths)), any(_is_symlink_mode(m) for m in modes)
 
 
 def git_patch_paths(patch: str) -> list[str]:
@@ -265,7 +235,7 @@ def check_patch(patch: str, root: Path | None = None, max_files: int | None = MA
     """
     ours = patch_paths(patch)
     _check_count(ours, max_files)
-    theirs, _, git_symlink = _git_stat(patch)
+    theirs, git_symlink = _git_stat(patch)
     paths = list(dict.fromkeys([*ours, *theirs]))
     _check_count(paths, max_files)
     if patch.strip() and not paths:
@@ -303,192 +273,6 @@ def drop_symlinks(patch: str) -> tuple[str, list[str]]:
             links.update(dict.fromkeys(paths))
     kept = [section for section, paths in sections if not links.keys() & set(paths)]
     return "".join(kept), list(links)
-
-
-def _read_file(root: Path, rel: str) -> bytes | None:
-    """Bytes of the regular file `root/rel` (never through a symlink); None if absent or not a regular file."""
-    path = root / rel
-    try:
-        if not path.resolve().is_relative_to(root.resolve()) or not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        return path.read_bytes()
-    except (OSError, RuntimeError, ValueError):
-        return None
-
-
-def _encodings(data: bytes) -> list[str]:
-    """How to read `data`: UTF-8 and, if it declares another encoding the way Python source does (PEP 263,
-    `# coding: utf-7`), that one too: Python would run it so."""
-    try:
-        declared = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
-        b"".decode(declared)
-    except (SyntaxError, LookupError, UnicodeError):
-        return ["utf-8"]
-    return ["utf-8"] if declared in ("utf-8", "utf-8-sig") else ["utf-8", declared]
-
-
-def _decode(data: bytes, encoding: str) -> str:
-    if encoding == "utf-8":  # undecodable bytes kept (as surrogates), a BOM dropped
-        return data.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
-    return data.decode(encoding, errors="replace")
-
-
-def _utf8(text: str) -> bytes:
-    try:
-        return text.encode("utf-8", errors="surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="surrogatepass")
-
-
-_HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-
-
-def _diff_added(pairs: list[tuple[str, str]]) -> list[list[str]]:
-    """For each (old, new) text, the lines of `new` a line diff marks as added: one `git diff --no-index`
-    (git's own diff, in C, with its cost limits) over numbered files, so file names play no part."""
-    out: list[list[str]] = [[] for _ in pairs]
-    todo = [i for i, (old, new) in enumerate(pairs) if old != new]
-    if not todo:
-        return out
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
-    with tempfile.TemporaryDirectory(prefix="added-lines-") as tmp:
-        for side in ("old", "new"):
-            (Path(tmp) / side).mkdir()
-        for i in todo:
-            (Path(tmp) / "old" / str(i)).write_bytes(_utf8(pairs[i][0]))
-            (Path(tmp) / "new" / str(i)).write_bytes(_utf8(pairs[i][1]))
-        flags = ["--text", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames"]
-        done = subprocess.run(
-            ["git", "diff", "--no-index", *flags, "old", "new"],
-            cwd=tmp,
-            capture_output=True,
-            timeout=300,
-            check=False,
-            env=env,
-        )
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"git diff --no-index failed: {done.stderr.decode(errors='replace').strip()}")
-    current, old_left, new_left = -1, 0, 0
-    for line in done.stdout.split(b"\n"):
-        if old_left or new_left:  # inside a hunk (-U0: only - and + lines, and "\ No newline")
-            if line.startswith(b"-"):
-                old_left -= 1
-            elif line.startswith(b"+"):
-                new_left -= 1
-                out[current] += line[1:].decode("utf-8", errors="surrogateescape").splitlines() or [""]
-        elif line.startswith(b"diff --git "):
-            current = int(line.rsplit(b"/", 1)[1])
-        elif m := _HUNK.match(line):
-            old_left, new_left = int(m.group(1) or 1), int(m.group(2) or 1)
-    return out
-
-
-def added_lines(before: Path, after: Path, paths: list[str]) -> dict[str, list[str]]:
-    """For each text file among `paths`: the lines of `after/path` that a line diff against `before/path` adds.
-
-    `before` and `after` are the workspace without and with the patch; `paths` what check_patch returned.
-    The contents are compared (git's own line diff of the two files), not the patch text, so a git binary
-    patch, a quoted path or a `.gitattributes` trick shows what it wrote. A new file: all its lines; a
-    deleted one: `[]`. Decoded as UTF-8 (undecodable bytes kept as surrogates, a BOM dropped) and, for a
-    file that declares another encoding the way Python source does (PEP 263, `# coding: utf-7`), read in
-    that encoding too (its added lines appended, those not already there). Lines are cut as Python reads
-    them (`\\r` too). Left out (no key): paths that are, after the patch, neither a regular file nor gone
-    (a folder, a symlink), and files with NUL bytes (binary: binary_sources names those that are source
-    files). A `before` file with NUL bytes counts as empty.
-    """
-    out: dict[str, list[str]] = {}
-    jobs: list[tuple[str, str, str]] = []
-    for path in paths:
-        new = _read_file(after, path)
-        if new is None:
-            if not os.path.lexists(after / path):
-                out[path] = []  # deleted (or only the old side of a rename)
-            continue
-        if b"\0" in new:
-            continue
-        old = _read_file(before, path) or b""
-        old = b"" if b"\0" in old else old
-        out[path] = []
-        jobs += [(path, _decode(old, encoding), _decode(new, encoding)) for encoding in _encodings(new)]
-    read: set[str] = set()
-    for (path, _, _), lines in zip(jobs, _diff_added([(old, new) for _, old, new in jobs]), strict=True):
-        if path in read:  # the declared encoding's reading: only the lines the UTF-8 one does not have
-            have = set(out[path])
-            lines = [line for line in lines if line not in have]
-        read.add(path)
-        out[path] += lines
-    return out
-
-
-def _is_text_suffix(path: str) -> bool:
-    return PurePosixPath(path).suffix.lower() in TEXT_SUFFIXES
-
-
-def binary_sources(patch: str, after: Path, paths: list[str] | None = None, before: Path | None = None) -> list[str]:
-    """Source or text files the patch wrote as binary, or that hold NUL bytes: the caller refuses (`unsafe_patch`).
-
-    `after` is the workspace with the patch applied; `paths` the changed paths (default: the patch's own);
-    `before`, if given, the workspace without it. A path is named when it still exists after the patch and
-    - it has a binary section (`GIT binary patch`, `Binary files ... differ`, or binary in git's own
-      `--numstat`) and either a TEXT_SUFFIXES suffix, or is a non-empty file without NUL bytes (with
-      `before`: unless it had NUL bytes before, a binary file turned text, which added_lines reads whole); or
-    - it has a TEXT_SUFFIXES suffix and holds NUL bytes, however it was written (added_lines skips it).
-    A deleted file is never named: nothing was written.
-    """
-    binary: dict[str, None] = {}
-    for section in _sections(patch):
-        if _is_binary_section(section):
-            binary.update(dict.fromkeys(patch_paths(section)))
-    try:
-        binary.update(dict.fromkeys(_git_stat(patch)[1]))
-    except PatchParseError:
-        pass
-    hits: dict[str, None] = {}
-    for path in binary:
-        data = _read_file(after, path)
-        if data is None:
-            continue
-        old = _read_file(before, path) if before is not None else None
-        text_now = bool(data) and b"\0" not in data and not (old is not None and b"\0" in old)
-        if _is_text_suffix(path) or text_now:
-            hits[path] = None
-    for path in paths if paths is not None else [*patch_paths(patch), *binary]:
-        if _is_text_suffix(path) and b"\0" in (_read_file(after, path) or b""):
-            hits[path] = None
-    return list(hits)
-
-
-def touched_tests(paths: list[str]) -> list[str]:
-    """The paths among `paths` that are test files (tests/, test_*.py, *_test.py, conftest.py)."""
-    return [p for p in paths if TEST_FILE.search(p)]
-
-
-def touched_test_infrastructure(paths: list[str], before: Path, after: Path) -> list[str]:
-    """Paths that configure or replace the test runner: TEST_INFRASTRUCTURE, or a changed `[tool.pytest*]` table.
-
-    `before` and `after` are the workspace without and with the patch (for pyproject.toml, whose
-    other tables are an ordinary part of a project: a new one without pytest tables is not counted, one
-    whose pytest tables appear, change or go, or that does not parse, is).
-    """
-    hits = [p for p in paths if TEST_INFRASTRUCTURE.search(p)]
-    for p in paths:
-        if PurePosixPath(p).name == "pyproject.toml" and _pytest_tables(before / p) != _pytest_tables(after / p):
-            hits.append(p)
-    return hits
-
-
-def _pytest_tables(path: Path) -> object:
-    """The `tool.pytest*` tables of a pyproject.toml (`{}` if there is no file or none; the raw bytes if it
-    does not parse, so any edit of an unparseable one counts)."""
-    import tomllib
-
-    if not path.is_file():
-        return {}
-    try:
-        tool = tomllib.loads(path.read_text(errors="replace")).get("tool", {})
-    except tomllib.TOMLDecodeError:
-        return path.read_bytes()
-    return {k: v for k, v in tool.items() if k.startswith("pytest")} if isinstance(tool, dict) else tool
 
 
 def _symlinks_among(root: Path, paths: list[str]) -> list[str]:

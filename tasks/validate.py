@@ -47,8 +47,8 @@ def mismatches(rows: list[tuple[Instance, EvaluationResult, EvaluationResult]]) 
             out.append(f"{inst.instance_id}: gold patch not resolved ({gold.status}: {gold.message})")
         if empty.resolved:
             out.append(f"{inst.instance_id}: empty patch resolves it (the task is trivial)")
-        if empty.status == "tampering":  # the unchanged project itself set off a check: a false alarm
-            out.append(f"{inst.instance_id}: empty patch flagged as tampering ({empty.message})")
+        if empty.status != "unresolved":  # the unchanged project must fail its tests, not break the grading
+            out.append(f"{inst.instance_id}: empty patch ended {empty.status} ({empty.message})")
     return out
 
 

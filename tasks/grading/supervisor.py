@@ -8,7 +8,7 @@ The sandbox passes, in the environment (readable by this process only):
   "kill_leftovers": whether this sandbox has its own PID namespace}.
 
 The tests get a pipe for their output (never this process's stdout) and a pipe at fd 3 for the reports of the
-trusted plugin (boot.py). When the test process ends, every other process of the command user is killed (with a
+probe runner (observer.py). When the test process ends, every other process of the command user is killed (with a
 PID namespace), both pipes are drained, and one line goes to stdout: `SPECTUNE-VERDICT <base64 of gzipped JSON>`
 with the test process's exit status or signal, whether it timed out, every report line, and the tail of its
 output. Only this process writes to the sandbox's output, and the code under test cannot reach it: it runs as
@@ -24,9 +24,10 @@ import signal
 import sys
 import time
 
-REPORT_FD = 3  # where boot.py writes its reports, in the test process
+REPORT_FD = 3  # where observer.py writes its records, in the test process
 LOG_TAIL = 4000  # bytes of the tests' own output kept (messages only; nothing is decided on it)
 REPORTS_LIMIT = 8 * 2**20  # bytes of report lines kept
+OUTPUT_BUDGET = 48 * 1024  # characters of the verdict line: under the sandbox's output cap (DEFAULT_OUTPUT_LIMIT)
 
 
 def run() -> dict:
@@ -139,6 +140,9 @@ def main() -> int:
     """Run, print the verdict line, exit 0 (any other status means the supervisor itself failed)."""
     verdict = run()
     blob = base64.b64encode(gzip.compress(json.dumps(verdict).encode())).decode()
+    if len(blob) > OUTPUT_BUDGET:  # a flood of records: say so rather than let the sandbox cut the line
+        verdict.update(reports=[], reports_truncated=True)
+        blob = base64.b64encode(gzip.compress(json.dumps(verdict).encode())).decode()
     sys.stdout.write(f"SPECTUNE-VERDICT {blob}\n")
     sys.stdout.flush()
     return 0

@@ -1,5 +1,4 @@
-"""The patch checks the evaluation runs before grading: what a patch really wrote (added_lines), binary hunks on
-source files, `.gitattributes` and pyproject.toml as test infrastructure, stray symlinks, the file-count limit.
+"""The patch checks the evaluation runs before grading: stray symlinks, unsafe paths, the file-count limit.
 
 Every patch is a real `git diff --cached --binary` made in a temporary repository (as the sandboxes make the
 agent's final diff), except where a hostile hand-written patch is the point. No sandbox runs.
@@ -20,13 +19,10 @@ from tasks.patching import (
     MAX_PATCH_FILES,
     PatchError,
     TooManyFilesError,
-    added_lines,
     apply_patch,
-    binary_sources,
     check_patch,
     drop_symlinks,
     patch_paths,
-    touched_test_infrastructure,
 )
 from tasks.suites import load_suite
 from tasks.swelite.projects import project_dir
@@ -75,145 +71,6 @@ def applied(tmp_path: Path, before: Path, patch: str) -> Path:
     shutil.copytree(before, after, symlinks=True)
     apply_patch(after, patch)
     return after
-
-
-def plus_lines(patch: str) -> list[str]:
-    return [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
-
-
-# --- added_lines: what the patch wrote, read from the files ---------------------------------------------------
-
-
-def test_added_lines_of_a_plain_edit(tmp_path):
-    base = {"pkg/a.py": "a = 1\nb = 2\nc = 3\n"}
-    patch, before = make_diff(tmp_path, base, {"pkg/a.py": "a = 1\nb = 20\nc = 3\nd = 4\na = 1\n"})
-    after = applied(tmp_path, before, patch)
-    paths = check_patch(patch)
-    # a real line diff: `a = 1` is added a second time even though the file had it
-    assert added_lines(before, after, paths) == {"pkg/a.py": ["b = 20", "d = 4", "a = 1"]}
-    assert added_lines(before, after, paths)["pkg/a.py"] == plus_lines(patch)
-
-
-def test_added_lines_reads_a_git_binary_patch_of_a_python_file(tmp_path):
-    """`.gitattributes` with `*.py binary`: the diff is base85, its `+` lines say nothing; the file says it all."""
-    base = {".gitattributes": "*.py binary\n", "pkg/a.py": "def f():\n    return 1\n"}
-    evil = "import subprocess\n\n\ndef f():\n    subprocess.run(['id'])\n    return 1\n"
-    patch, before = make_diff(tmp_path, base, {"pkg/a.py": evil})
-    assert "GIT binary patch" in patch
-    assert not any("subprocess" in line for line in plus_lines(patch))
-    after = applied(tmp_path, before, patch)
-    lines = added_lines(before, after, check_patch(patch))["pkg/a.py"]
-    assert "import subprocess" in lines
-    assert "    subprocess.run(['id'])" in lines
-    assert binary_sources(patch, after, check_patch(patch), before) == ["pkg/a.py"]
-
-
-def test_added_lines_of_new_deleted_and_quoted_files(tmp_path):
-    base = {"pkg/old.py": "x = 1\n", "pkg/keep.py": "y = 2\n"}
-    change = {"pkg/old.py": None, "pkg/new.py": "import os\nz = 3\n", "pkg/\u00e4 b.py": "w = 4\n"}
-    patch, before = make_diff(tmp_path, base, change)
-    assert '"a/pkg/\\303\\244 b.py"' in patch  # git quotes the path
-    after = applied(tmp_path, before, patch)
-    assert added_lines(before, after, check_patch(patch)) == {
-        "pkg/new.py": ["import os", "z = 3"],
-        "pkg/old.py": [],
-        "pkg/\u00e4 b.py": ["w = 4"],
-    }
-
-
-def test_added_lines_reads_a_declared_source_encoding_and_python_line_ends(tmp_path):
-    """Python runs `# coding: utf-7` source, where `+AG8Acw-` is `os`; and a lone \\r ends a line."""
-    source = b"# coding: utf-7\n+AG8Acw-.system('id')\n"
-    assert source.decode("utf-7").splitlines()[1] == "os.system('id')"
-    patch, before = make_diff(tmp_path, {"pkg/a.py": "x = 1\n"}, {"pkg/u.py": source, "pkg/a.py": "x = 1\ry = 2\n"})
-    after = applied(tmp_path, before, patch)
-    lines = added_lines(before, after, check_patch(patch))
-    assert "os.system('id')" in lines["pkg/u.py"]
-    assert "+AG8Acw-.system('id')" in lines["pkg/u.py"]
-    assert lines["pkg/a.py"] == ["x = 1", "y = 2"]
-
-
-def test_added_lines_leaves_out_binary_files_and_reads_a_binary_file_turned_text_whole(tmp_path):
-    base = {"data/blob": b"\x00\x01\x02line\n", "img.png": b"\x89PNG\x00\x00"}
-    patch, before = make_diff(tmp_path, base, {"data/blob": "import os\n", "img.png": b"\x89PNG\x00\x01"})
-    after = applied(tmp_path, before, patch)
-    assert added_lines(before, after, check_patch(patch)) == {"data/blob": ["import os"]}
-
-
-# --- binary hunks on text and source files ---------------------------------------------------------------------
-
-
-def test_binary_hunk_on_a_source_file_is_named_on_a_real_binary_file_not(tmp_path):
-    base = {".gitattributes": "*.py binary\nnotes binary\n", "pkg/a.py": "x = 1\n", "notes": "hello\n"}
-    change = {"pkg/a.py": "x = 2\n", "notes": "hello again\n", "logo.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"}
-    patch, before = make_diff(tmp_path, base, change)
-    assert patch.count("GIT binary patch") == 3
-    after = applied(tmp_path, before, patch)
-    paths = check_patch(patch)
-    # .py by its suffix, `notes` because it holds text (no NUL bytes); the PNG is binary and may be
-    assert binary_sources(patch, after, paths, before) == ["notes", "pkg/a.py"]
-    assert binary_sources(patch, after) == ["notes", "pkg/a.py"]
-
-
-def test_only_a_real_binary_file_passes(tmp_path):
-    patch, before = make_diff(tmp_path, {"img.png": b"\x89PNG\x00\x00"}, {"img.png": b"\x89PNG\x00\x01\x02"})
-    assert "GIT binary patch" in patch
-    after = applied(tmp_path, before, patch)
-    assert binary_sources(patch, after, check_patch(patch), before) == []
-
-
-def test_binary_sources_also_names_a_source_file_with_nul_bytes_written_as_text(tmp_path):
-    patch, before = make_diff(tmp_path, {"pkg/a.py": "x = 1\n"}, {"pkg/a.py": "x = 1\n\x00y = 2\n"}, text=True)
-    assert "GIT binary patch" not in patch
-    after = applied(tmp_path, before, patch)
-    paths = check_patch(patch)
-    assert "pkg/a.py" not in added_lines(before, after, paths)  # binary: not read as text ...
-    assert binary_sources(patch, after, paths, before) == ["pkg/a.py"]  # ... so named here
-
-
-def test_binary_sources_leaves_deleted_files_and_binary_turned_text_files_with_before(tmp_path):
-    base = {".gitattributes": "*.py binary\n", "pkg/gone.py": "x = 1\n", "data/blob": b"\x00\x01"}
-    patch, before = make_diff(tmp_path, base, {"pkg/gone.py": None, "data/blob": "now text\n"})
-    after = applied(tmp_path, before, patch)
-    paths = check_patch(patch)
-    assert binary_sources(patch, after, paths, before) == []  # nothing written to gone.py; blob read whole
-    assert binary_sources(patch, after, paths) == ["data/blob"]  # without `before`: text written as binary
-
-
-# --- test infrastructure ---------------------------------------------------------------------------------------
-
-
-def test_gitattributes_and_gitconfig_are_test_infrastructure(tmp_path):
-    patch, before = make_diff(tmp_path, {"pkg/a.py": "x = 1\n"}, {".gitattributes": "*.py binary\n"})
-    after = applied(tmp_path, before, patch)
-    assert touched_test_infrastructure(check_patch(patch), before, after) == [".gitattributes"]
-    paths = ["pkg/.gitattributes", ".gitconfig", "pkg/a.py"]
-    assert touched_test_infrastructure(paths, before, after) == ["pkg/.gitattributes", ".gitconfig"]
-
-
-@pytest.mark.parametrize(
-    ("base", "change", "counts"),
-    [
-        ({}, {"pyproject.toml": '[project]\nname = "x"\n'}, False),
-        ({}, {"pyproject.toml": '[project]\nname = "x"\n\n[tool.ruff]\nline-length = 99\n'}, False),
-        ({"pyproject.toml": '[project]\nname = "x"\n'}, {"pyproject.toml": '[project]\nname = "y"\n'}, False),
-        ({"pyproject.toml": '[project]\nname = "x"\n'}, {"pyproject.toml": None}, False),
-        ({}, {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-p evil"\n'}, True),
-        ({}, {"sub/pyproject.toml": "[tool.pytest]\nx = 1\n"}, True),
-        ({"pyproject.toml": "[tool.pytest.ini_options]\nx = 1\n"}, {"pyproject.toml": None}, True),
-        (
-            {"pyproject.toml": "[tool.pytest.ini_options]\nx = 1\n"},
-            {"pyproject.toml": "[tool.pytest.ini_options]\n"},
-            True,
-        ),
-        ({}, {"pyproject.toml": "this is [not toml\n"}, True),
-    ],
-)
-def test_pyproject_counts_only_when_its_pytest_tables_change(tmp_path, base, change, counts):
-    patch, before = make_diff(tmp_path, {"pkg/a.py": "x = 1\n", **base}, change)
-    after = applied(tmp_path, before, patch)
-    paths = check_patch(patch)
-    assert touched_test_infrastructure(paths, before, after) == (paths if counts else [])
 
 
 # --- stray symlinks --------------------------------------------------------------------------------------------
@@ -370,14 +227,10 @@ def test_every_gold_patch_of_the_bundled_suite_passes_the_new_checks(tmp_path, s
         paths = check_patch(inst.patch, before)
         shutil.copytree(before, after)
         apply_patch(after, inst.patch)
-        lines = added_lines(before, after, paths)
         problems = {
             "symlinks dropped": dropped or kept != inst.patch,
             "files over the limit": len(paths) > MAX_PATCH_FILES // 100,  # a margin of 100x at least
-            "binary source hunk": binary_sources(inst.patch, after, paths, before),
-            "test infrastructure": touched_test_infrastructure(paths, before, after),
-            "added lines differ from the patch's": [x for v in lines.values() for x in v] != plus_lines(inst.patch),
-            "not read as text": not lines or sorted(lines) != sorted(paths),  # (a fix may only delete lines)
+            "names another file": sorted(paths) != sorted(patch_paths(inst.patch)),
         }
         bad = [why for why, hit in problems.items() if hit]
         return f"{inst.instance_id}: {bad}" if bad else None

@@ -84,8 +84,9 @@ def test_evaluation_reports_bad_patches(suite):
     make = lambda: make_sandbox("local")  # noqa: E731
     traversal = "diff --git a/../escape.py b/../escape.py\n--- a/../escape.py\n+++ b/../escape.py\n@@ -0,0 +1 @@\n+x\n"
     assert evaluate(inst, traversal, materialize, make).status == "unsafe_patch"
-    touching = inst.test_patch  # editing the tests is not a fix
-    assert evaluate(inst, touching, materialize, make).status == "touches_tests"
+    touching = inst.test_patch  # editing the tests is not a fix: the edits are left out of the run, the bug stays
+    result = evaluate(inst, touching, materialize, make)
+    assert result.status == "unresolved" and "left out of the run" in result.message
     broken = inst.patch.replace("\n-", "\n-NOT IN THE FILE ", 1)  # a removed line that does not exist
     assert evaluate(inst, broken, materialize, make).status == "patch_failed"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tasks.evaluation import parse_outcomes
-from tasks.patching import PatchError, apply_patch, check_patch, patch_paths, touched_tests
+from tasks.patching import TEST_FILE, PatchError, apply_patch, check_patch, patch_paths
 from tasks.schema import Instance
 from tasks.suites import SuiteUnavailableError, load_suite, load_swe_bench_lite, spread
 from tasks.swelite.diffs import file_diff, remove_functions
@@ -86,7 +86,8 @@ def test_swe_bench_lite_offline_fails_fast_with_instructions(monkeypatch):
 def test_patch_paths_and_safety(tmp_path):
     diff = file_diff("pkg/a.py", "x = 1\n", "x = 2\n")
     assert patch_paths(diff) == ["pkg/a.py"]
-    assert touched_tests(["pkg/a.py", "tests/test_a.py", "pkg/conftest.py"]) == ["tests/test_a.py", "pkg/conftest.py"]
+    paths = ["pkg/a.py", "tests/test_a.py", "pkg/conftest.py"]
+    assert [p for p in paths if TEST_FILE.search(p)] == ["tests/test_a.py", "pkg/conftest.py"]
     for evil in ("../outside.py", "/etc/passwd", "pkg/../../x.py", ".git/config"):
         with pytest.raises(PatchError):
             check_patch(file_diff(evil, "a\n", "b\n"))
