@@ -2,6 +2,7 @@
 
     python -m tasks.sandbox status
     python -m tasks.sandbox tool-time [--project durationparse] [--repeats 7]
+    python -m tasks.sandbox overhead [--before REV] [--runs 30] [--rounds 5]
     python -m tasks.sandbox build-image [--tag spectune-sandbox:latest] [--offline | --dockerfile]
 
 build-image picks `--dockerfile` (docker build, FROM debian:bookworm-slim) when Docker Hub answers
@@ -85,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     tool.add_argument("--repeats", type=int, default=7)
     tool.set_defaults(
         func=lambda a: __import__("tasks.sandbox.tool_time", fromlist=["main"]).main(a.project, a.repeats)
+    )
+    over = sub.add_parser("overhead", help="local sandbox start and per-command cost, now against a git revision")
+    over.add_argument("--before", default="HEAD", help="the revision whose tasks/sandbox/local.py to compare with")
+    over.add_argument("--runs", type=int, default=30, help="run('true') per sandbox")
+    over.add_argument("--rounds", type=int, default=5, help="sandboxes per implementation, interleaved")
+    over.set_defaults(
+        func=lambda a: __import__("tasks.sandbox.overhead", fromlist=["main"]).main(a.before, a.runs, a.rounds)
     )
     args = parser.parse_args(argv)
     return args.func(args)

@@ -70,7 +70,9 @@ from tasks.sandbox.base import (
 )
 from tasks.sandbox.image import DEFAULT_TAG
 from tasks.sandbox.limits import MIB, Limits, OutputCapture, setpriv_args
-from tasks.sandbox.local import (  # git settings, environments and output normalisation: the same bytes as local
+from tasks.sandbox.owner import is_alive, owner_token, reap_stale_dirs
+from tasks.sandbox.task_python import note_private_tmpfs, task_python
+from tasks.sandbox.workspace import (  # git settings, environments and output normalisation: the same bytes as local
     BASELINE_ATTRIBUTES,
     DIFF_FLAGS,
     GIT_CONFIG,
@@ -80,8 +82,6 @@ from tasks.sandbox.local import (  # git settings, environments and output norma
     git_env,
     normalize_output,
 )
-from tasks.sandbox.owner import is_alive, owner_token, reap_stale_dirs
-from tasks.sandbox.task_python import note_private_tmpfs, task_python
 
 DEFAULT_IMAGE = DEFAULT_TAG
 SANDBOX_UID = 65534  # nobody: owns the image's /workspace
