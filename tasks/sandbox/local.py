@@ -20,7 +20,7 @@ What it protects against -- accidents and careless or greedy code, which is what
 the host (task data, gold patches and hidden tests of any checkout, anyone's home); runaway processes and fork loops
 (a pids cgroup and RLIMIT_NPROC cap the number of processes; the whole tree, including processes that `setsid` or
 double-fork, dies at the timeout and whenever the command ends, because it lives in its own PID namespace, and when
-the runner dies, even by SIGKILL, through bwrap's parent-death signal); memory and disk hogs (a memory cgroup caps
+the runner dies, even by SIGKILL, through a parent-death signal); memory and disk hogs (a memory cgroup caps
 the whole command tree, the workspace is a size-capped tmpfs, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_NOFILE,
 size-capped private tmpfs); output floods (only the first and last halves of DEFAULT_OUTPUT_LIMIT bytes are kept,
 the pipe is always drained); writes outside the workspace (commands run as an unprivileged user with no capabilities
@@ -35,17 +35,23 @@ counts all processes of the unprivileged user on the machine. It is not a securi
 
 How a command runs (`isolation="namespaces"`, chosen automatically when the caller is root):
 
-    sh -c 'echo 0 > <pids and memory cgroup>/cgroup.procs && exec "$@"'   (only with cgroups)
-      bwrap --unshare-{pid,net,ipc,uts,cgroup} --die-with-parent --hostname sandbox <the root above> --chdir /workspace
-        prlimit ... -- setpriv --reuid=nobody ... --no-new-privs --bounding-set=-all --
-          bash -c COMMAND   (stdout and stderr on one pipe, stdin /dev/null, umask 022)
+    setpriv --pdeathsig KILL
+      sh -c '[ "$PPID" = <runner> ] && echo 0 > <pids and memory cgroup>/cgroup.procs && exec "$@"'
+        unshare --pid --fork --kill-child       (its child: PID 1 of an outer PID namespace, parent-death signal)
+          bwrap --unshare-{pid,net,ipc,uts,cgroup} --die-with-parent --hostname sandbox <the root above>
+            prlimit ... -- setpriv --reuid=nobody ... --no-new-privs --bounding-set=-all --
+              bash -c COMMAND   (cwd /workspace, stdout and stderr on one pipe, stdin /dev/null, umask 022)
 
-bwrap runs as root of the new namespaces (PID 1 is its reaper): when the command ends the reaper exits and the
+bwrap runs as root of the new namespaces (its PID 1 is a reaper): when the command ends the reaper exits and the
 kernel kills everything else in the namespace, so a command never leaves processes behind; on timeout the sandbox
-SIGKILLs bwrap's process group and everything in the command's cgroup. Whether the command started at all comes
-from bwrap's --json-status-fd (an "exit-code" is written only after the command was executed), so a set-up failure
-is a SandboxError, never a command's output. A non-root caller gets the same through a user namespace
-(`bwrap --unshare-user`), minus the separate user, the workspace size cap and, mostly, the cgroup (see `warnings`).
+SIGKILLs the process group and everything in the command's cgroup. The runner's death reaches the command in one
+step at every moment: setpriv's parent-death signal kills the chain, the shell refuses to go on if the runner died
+before that was set, and unshare's child sets its own signal at once; as PID 1 of the outer namespace its death
+kills everything nested in it (bwrap's own PID 1 sets its signal only after the whole set-up). Whether the command
+started at all comes from bwrap's --json-status-fd (it reports an "exit-code" only for a command it executed), so a
+set-up failure is a SandboxError, never a command's output. A non-root caller gets the same through a user
+namespace (`unshare --user --map-root-user`: root inside, the caller outside), minus the separate user, the
+workspace size cap and, mostly, the cgroups (see `warnings`).
 Without bwrap, or where no namespace can be made, `isolation="none"` (or "auto" falling back) runs a plain process
 group with the same rlimits and environment and lists every protection it lacks in `warnings`; under CI=true a
 sandbox without network isolation refuses to start.
@@ -337,8 +343,8 @@ class LocalSandbox:
         else:
             if self.isolation == "userns":
                 self.warnings.append(
-                    f"user namespace without root: commands run as the caller (uid {self.uid}) with no "
-                    "capabilities, not as a separate user"
+                    f"user namespace without root: commands run as its root, which is the caller (uid {self.uid}) "
+                    "on the host, without capabilities, not as a separate user"
                 )
             self._exposed = plan_exposed(needed, self.uid, self.gid, self.warnings)
             if python_env == "task":
