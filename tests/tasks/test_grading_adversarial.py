@@ -272,3 +272,45 @@ def test_limits_end_with_the_status_that_names_them(kind, instance, tmp_path):
     flood = "\nimport os as _o\nfor _i in range(4000):\n    _o.write(3, _o.urandom(3000).hex().encode() + b'\\n')\n"
     result = evaluate(instance, make_patch(instance, tmp_path / "flood", {pkg: flood}, gold=True), materialize, factory)
     assert result.status == "output_limit", (result.status, result.message)
+
+
+@pytest.mark.parametrize("kind", SANDBOX_KINDS)
+def test_no_expected_value_is_anywhere_the_sandbox_can_read(kind, instance, tmp_path):
+    """The graded workspace as `evaluate` prepares it, searched from inside the sandbox for the literals only the
+    checks hold (those not already in the project's own code or the tests' inputs): none is found."""
+    import ast
+
+    from tasks.evaluation import build_oracle, clear_for_probes, hidden_tests
+    from tests.tasks.test_oracle import _expected_only_literals
+
+    test_ids = [*instance.fail_to_pass, *instance.pass_to_pass]
+    reference = materialize(instance, tmp_path / "reference")
+    hidden_tests(instance, reference)
+    oracle = build_oracle(reference, test_ids)
+    workspace = materialize(instance, tmp_path / "workspace")
+    apply_patch(workspace, instance.patch)
+    # what the agent could see anyway (the project's code and docs) and the tests' inputs are no secret
+    seen = "".join(
+        p.read_text(errors="replace") for p in workspace.rglob("*") if p.is_file() and "tests" not in p.parts
+    )
+    inputs = {
+        n.value for split in oracle.values() for n in ast.walk(ast.parse(split.probe)) if isinstance(n, ast.Constant)
+    }
+    secrets = set()
+    for path in oracle:
+        secrets |= _expected_only_literals(ast.parse((reference / path).read_text()))
+    secrets = sorted(s for s in secrets - inputs if len(s) >= 6 and s not in seen and "'" not in s and "\n" not in s)
+    assert len(secrets) >= 5, secrets  # enough to mean something
+    clear_for_probes(workspace)
+    for path, split in oracle.items():
+        (workspace / path).write_text(split.probe)
+    sandbox = sandbox_factory_or_skip(kind)()
+    try:
+        sandbox.start(workspace)
+        pattern = " ".join(f"-e '{s}'" for s in secrets)
+        found = sandbox.run(f"grep -rlF {pattern} /workspace /tmp /etc /run /var /home 2>/dev/null; true", 60)
+        probes = sandbox.run("cat tests/*.py | wc -c", 60)
+    finally:
+        sandbox.close()
+    assert found.output.strip() == "", found.output
+    assert int(probes.output.split()[-1]) > 1000  # the probes are there and readable: they just hold no answer
