@@ -1,9 +1,12 @@
-"""Check a suite: the gold patch resolves every instance, the empty patch resolves none, and neither is flagged.
+"""Check a suite: every hidden test splits into probe and checks, the gold patch resolves every instance, the empty
+patch resolves none (it must end `unresolved`, never a grading error).
 
     python -m tasks.validate swe-lite --split test [--sandbox local|docker] [--limit N]
 
-Prints a summary and exits non-zero on any mismatch. The full run is a documented command, not
-part of the default test run (it evaluates every instance twice).
+Prints a summary (the tests that cannot be graded as probes, statuses, seconds per evaluation, how many instances a
+patch that only answers the issue's examples resolves: tasks/swelite/snippet_attack.py) and exits non-zero
+on any mismatch. The full run is a documented command, not part of the default test run (it evaluates every
+instance twice).
 """
 
 from __future__ import annotations
@@ -52,6 +55,28 @@ def mismatches(rows: list[tuple[Instance, EvaluationResult, EvaluationResult]]) 
     return out
 
 
+def unprobeable(instances: list[Instance]) -> tuple[int, list[str]]:
+    """(listed tests in all, the problems of those the oracle cannot split: file, line and rule)."""
+    import tempfile
+    from pathlib import Path
+
+    from tasks.evaluation import build_oracle, hidden_tests
+    from tasks.grading.oracle import Unprobeable
+
+    total, problems = 0, []
+    with tempfile.TemporaryDirectory(prefix="spectune-validate-") as tmp:
+        for n, inst in enumerate(instances):
+            ids = [*inst.fail_to_pass, *inst.pass_to_pass]
+            total += len(ids)
+            ref = materialize(inst, Path(tmp) / str(n))
+            try:
+                hidden_tests(inst, ref)
+                build_oracle(ref, ids)
+            except Unprobeable as exc:
+                problems.append(f"{inst.instance_id}: {exc}")
+    return total, problems
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     p = argparse.ArgumentParser(prog="python -m tasks.validate", description=__doc__.split("\n\n")[0])
@@ -59,11 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="test")
     p.add_argument("--sandbox", default="local", help="local | docker")
     p.add_argument("--limit", type=int)
+    p.add_argument("--no-snippet", action="store_true", help="skip grading the snippet-only patch of each instance")
     args = p.parse_args(argv)
     instances = load_suite(args.suite, args.split, limit=args.limit)
-    rows = validate_instances(instances, args.sandbox)
-    problems = mismatches(rows)
     console = Console()
+    total, refused = unprobeable(instances)
+    console.print(f"hidden tests graded as probes: {total - len(refused)} of {total} ({len(refused)} cannot be)")
+    rows = validate_instances(instances, args.sandbox)
+    problems = mismatches(rows) + refused
+    if not args.no_snippet:  # a lookup table of the issue's examples, buggy elsewhere: must never resolve
+        from tasks.swelite.snippet_attack import snippet_only_share
+
+        factory: Callable = lambda: make_sandbox(args.sandbox)  # noqa: E731
+        passed, total = snippet_only_share(instances, lambda inst, patch: evaluate(inst, patch, materialize, factory))
+        console.print(f"snippet-only patches resolved: {passed} of {total} (target 0)")
+        if passed:
+            problems.append(f"{passed} instance(s) resolved by a patch that only answers the issue's examples")
     table = Table(title=f"{args.suite}/{args.split} in the {args.sandbox} sandbox")
     for col in ("family", "instances", "gold resolved", "empty resolved"):
         table.add_column(col)
