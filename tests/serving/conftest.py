@@ -70,14 +70,21 @@ def dflash_gguf(binary, tmp_path_factory):
 
 
 def server_pids(marker: str) -> list[int]:
-    """Processes whose command line mentions `marker` (a test's own GGUF path): what a test started."""
+    """Processes whose command line mentions `marker` (a test's own GGUF path): what a test started.
+
+    Under pytest-xdist the GGUF files are shared by the workers, so only servers started from this worker count
+    (a server inherits the worker's environment, PYTEST_XDIST_WORKER included, and keeps it when orphaned)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 state = (proc / "stat").read_text().split()[2]
+                environ = (proc / "environ").read_bytes().split(b"\0") if worker else []
             except OSError:
+                continue
+            if worker and f"PYTEST_XDIST_WORKER={worker}".encode() not in environ:
                 continue
             if marker in cmdline and "llama-server" in cmdline and state != "Z":
                 pids.append(int(proc.name))
