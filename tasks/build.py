@@ -6,8 +6,12 @@
 For each project, candidate mutations are drawn deterministically (seeded) per module and family,
 run against the project's tests in the sandbox, and kept when at least one test fails and the
 others pass. The failing tests become FAIL_TO_PASS and are held out of the workspace (they come
-back as `test_patch` at evaluation); the issue text comes from running the first of them as a
-script. Splits are assigned by mutation site, so no site appears in two splits.
+back as `test_patch` at evaluation). Each failing test is also run check by check
+(tasks/swelite/check_runner.py); the issue text is a script made of part of one failing test: the
+first half of its failing checks (else the first), kept only when the hidden tests hold at least as
+many other failing checks on calls the issue never shows (tasks/swelite/checks.py, suite v2), so a
+patch that answers just the shown calls resolves nothing. Splits are assigned by mutation site, so
+no site appears in two splits.
 
 A probe (`--probe N`) is N fresh instances at sites the committed suite never uses (any split),
 verified the same way and written to `probe.jsonl` + `manifest.json` in a folder of its own: the
@@ -33,8 +37,11 @@ from rich.progress import Progress
 from tasks.evaluation import parse_outcomes
 from tasks.sandbox import make_sandbox
 from tasks.schema import Instance
+from tasks.suites import SWE_LITE_VERSION
+from tasks.swelite import check_runner
+from tasks.swelite.checks import RULE, Check, checks_of, choose_shown, function_of
 from tasks.swelite.diffs import file_diff, remove_functions
-from tasks.swelite.issue_text import compose_issue, innermost_frame, repro_script
+from tasks.swelite.issue_text import compose_issue, innermost_frame, repro_script, stable_addresses
 from tasks.swelite.mutations import FAMILIES, Mutation, find_mutations
 from tasks.swelite.projects import (
     content_hash,
@@ -50,6 +57,8 @@ SPLITS = ("train", "dev", "test")
 PROBE_SPLIT = "probe"  # the split name of a generalisation probe (its own folder, never the suite's)
 TEST_CMD = "python -m pytest -rA --tb=no -q -p no:cacheprovider"
 MAX_FAIL_FRACTION = 0.4  # a mutation that breaks more than this share of tests is not one bug
+SUITE_VERSION = SWE_LITE_VERSION  # v2: issues show part of the failing checks (tasks/swelite/checks.py)
+MAX_SNIPPET_TRIES = 3  # failing tests tried, in order, as the source of the issue's snippet
 
 
 @dataclass
@@ -115,6 +124,15 @@ def test_ids(project: str) -> list[str]:
     return ids
 
 
+def _by_file(test_ids_: list[str]) -> dict[str, list[str]]:
+    """{file: [test names]} of node ids, in order (what check_runner.run takes)."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for tid in test_ids_:
+        path, name = tid.split("::", 1)
+        out[path].append(name)
+    return dict(out)
+
+
 def _heredoc(script: str) -> str:
     return f"python - <<'SPECTUNE_REPRO_EOF'\n{script}SPECTUNE_REPRO_EOF"
 
@@ -126,6 +144,7 @@ class Builder:
         self.seed = seed
         self.sandbox = sandbox
         self._expected: dict[tuple[str, str], str] = {}
+        self._clean_checks: dict[str, dict[str, list[bool]]] = {}  # project -> check_runner result
 
     def _run(self, workspace: Path, command: str, timeout: float = 20.0):
         sb = make_sandbox(self.sandbox)
@@ -136,17 +155,21 @@ class Builder:
             sb.close()
 
     def check_clean(self, project: str) -> list[str]:
-        """All tests of the clean project must pass; returns their ids."""
+        """All tests of the clean project must pass, and each of their checks run alone; returns their ids."""
         ids = test_ids(project)
         with tempfile.TemporaryDirectory() as tmp:
             ws = copy_project(project, Path(tmp) / "ws")
             result = self._run(ws, TEST_CMD)
+            checks = check_runner.parse(self._run(ws, _heredoc(check_runner.script(_by_file(ids))), 60.0).output)
         outcomes = parse_outcomes(result.output, ids)
         bad = [t for t, o in outcomes.items() if o != "passed"]
         if bad or not ids:
             raise RuntimeError(
                 f"clean project {project!r} does not pass its own tests: {bad[:5]}\n{result.output[-2000:]}"
             )
+        if checks is None:
+            raise RuntimeError(f"clean project {project!r}: its tests cannot be run check by check")
+        self._clean_checks[project] = checks
         return ids
 
     def _expected_output(self, project: str, script: str) -> str:
@@ -157,8 +180,28 @@ class Builder:
                 self._expected[key] = self._run(ws, _heredoc(script)).output
         return self._expected[key]
 
+    def _failing_checks(self, project: str, ws: Path, failing: list[str]) -> list[Check] | None:
+        """The checks of the failing tests that fail on the mutant and pass on the clean project."""
+        got = self._run(ws, _heredoc(check_runner.script(_by_file(failing))), 60.0)
+        buggy = check_runner.parse(got.output)
+        if buggy is None or got.timed_out:
+            return None
+        clean = self._clean_checks.get(project) or {}
+        root = project_dir(project)
+        out = []
+        for tid in failing:
+            checks = checks_of(tid, (root / tid.split("::", 1)[0]).read_text())
+            if len(buggy.get(tid, [])) != len(checks) or len(clean.get(tid, [])) != len(checks):
+                return None  # the runner and the static reading disagree on what a check is
+            out += [c for c in checks if not buggy[tid][c.number] and clean[tid][c.number]]
+        return out
+
     def verify(self, cand: Candidate, ids: list[str], project_hash: str) -> Instance | None:
-        """Run the project's tests on the mutant; an Instance if it makes a proper task."""
+        """Run the project's tests on the mutant; an Instance if it makes a proper task.
+
+        The issue shows some failing checks of one failing test (checks.choose_shown); the mutant is
+        kept only when the hidden tests hold at least as many other failing checks on unseen inputs.
+        """
         m = cand.mutation
         mutated = m.apply(cand.clean_source)
         root = project_dir(cand.project)
@@ -172,15 +215,29 @@ class Builder:
                 return None
             if any(outcomes[t] in ("missing", "error") for t in failing):
                 return None  # an import/collection crash is not the kind of bug we want
-            first_file, first_name = failing[0].split("::", 1)
-            try:
-                script = repro_script((root / first_file).read_text(), first_name)
-            except ValueError:
+            failing_checks = self._failing_checks(cand.project, ws, failing)
+            if not failing_checks:
                 return None
-            got = self._run(ws, _heredoc(script))
-        expected = self._expected_output(cand.project, script)
-        if got.output == expected or got.timed_out:
-            return None  # the script does not show the bug: no honest issue text
+            shown_from = list(dict.fromkeys(c.test for c in failing_checks))
+            for test in shown_from[:MAX_SNIPPET_TRIES]:  # the first failing test whose snippet shows the bug
+                test_file, test_name = test.split("::", 1)
+                source = (root / test_file).read_text()
+                body = function_of(source, test_name).body
+                ordered = [c for c in failing_checks if c.test == test] + [c for c in failing_checks if c.test != test]
+                chosen = choose_shown(ordered, body)
+                if chosen is None:
+                    continue
+                try:
+                    script = repro_script(source, test_name, chosen[1])
+                except ValueError:
+                    continue
+                got = self._run(ws, _heredoc(script))
+                shown_got = stable_addresses(got.output)  # the builds stay byte-identical
+                expected = stable_addresses(self._expected_output(cand.project, script))
+                if shown_got != expected and not got.timed_out:
+                    break
+            else:
+                return None  # no snippet shows the bug while keeping enough failing checks hidden
         crashed = got.returncode != 0
         frame = innermost_frame(got.output) if crashed else None
         locatable = frame is not None and frame[0] == f"/workspace/{m.path}" and frame[1] == m.line
@@ -192,12 +249,12 @@ class Builder:
             instance_id=iid,
             repo=cand.project,
             base_commit=project_hash,
-            problem_statement=compose_issue(iid, cand.project, package, script, expected, got.output, crashed),
+            problem_statement=compose_issue(iid, cand.project, package, script, expected, shown_got, crashed),
             patch=file_diff(m.path, mutated, cand.clean_source),
             test_patch=test_patch,
             fail_to_pass=failing,
             pass_to_pass=[t for t in ids if t not in failing],
-            version="1",
+            version=SUITE_VERSION,
             bug_patch=file_diff(m.path, cand.clean_source, mutated),
             family=m.family,
             difficulty="locatable" if locatable else "semantic",
@@ -234,6 +291,8 @@ def write_suite(
         files[f"{split}.jsonl"] = hashlib.sha256(text.encode()).hexdigest()
     manifest = {
         "suite": "swe-lite",
+        "version": SUITE_VERSION,
+        "issue_rule": RULE,
         "seed": seed,
         "counts": {s: len(instances.get(s, [])) for s in splits},
         "families": {s: dict(sorted(Counter(i.family for i in instances.get(s, [])).items())) for s in splits},
@@ -280,6 +339,10 @@ def build(
         old = json.loads((out / "manifest.json").read_text())
         if old["seed"] != seed:
             raise ValueError(f"--update needs the suite's own seed {old['seed']}, got {seed}")
+        if old.get("version", "1") != SUITE_VERSION:  # v1 instances show whole tests: no mixing
+            raise ValueError(
+                f"--update cannot mix versions: {out} holds v{old.get('version', '1')}, this builds v{SUITE_VERSION}"
+            )
         for split in SPLITS:
             for line in (out / f"{split}.jsonl").read_text().splitlines():
                 inst = Instance.from_record(json.loads(line))
@@ -290,7 +353,7 @@ def build(
         if inst is not None:
             m = cand.mutation
             by_split[split_of(cand.project, m.path, m.line, seed)].append(inst)
-    return write_suite(by_split, out, seed, hashes)
+    return write_suite(by_split, out, seed, hashes, extra={"per_family": per_family})
 
 
 def suite_sites(root: Path = DATA_DIR) -> tuple[set[tuple[str, str, int]], str]:
@@ -404,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("suite", choices=["swe-lite"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--projects", help="comma-separated subset (default: all)")
-    p.add_argument("--per-family", type=int, default=12, help="mutation sites tried per family per project")
+    # 11: with the tests v2 added to the projects, more mutants make tasks; 11 keeps v1's split sizes
+    p.add_argument("--per-family", type=int, default=11, help="mutation sites tried per family per project")
     p.add_argument("--out", type=Path, help=f"output folder (default: {DATA_DIR}; with --probe: runs/probe)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--sandbox", default="local")

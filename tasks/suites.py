@@ -1,6 +1,8 @@
 """Load task suites through `datasets`: the bundled `swe-lite` (local JSONL) and SWE-bench Lite.
 
-`swe-lite` is frozen: its JSONL files are checked against the committed manifest on load. A
+`swe-lite` is frozen and versioned: its JSONL files are checked against the committed manifest on load,
+and the manifest's `version` (and every instance's `version` field) must be SWE_LITE_VERSION: v2 issues
+show only part of the failing checks (tasks/swelite/checks.py), v1 issues showed a whole failing test. A
 generalisation probe (`python -m tasks.build swe-lite --probe N --out DIR`) loads the same way with
 `path=DIR` (or `DIR/probe.jsonl`) and split `probe`, checked against its own manifest.
 `swe-bench-lite` comes from the hub (`princeton-nlp/SWE-bench_Lite`); offline, point `path` at a
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -22,7 +25,10 @@ from urllib.parse import urlparse
 
 from tasks.schema import Instance
 
+log = logging.getLogger(__name__)
+
 SUITES = ("swe-lite", "swe-bench-lite")
+SWE_LITE_VERSION = "2"  # the swe-lite this code reads; tasks.build writes the same (tasks.build.SUITE_VERSION)
 SWE_LITE_DIR = Path(__file__).resolve().parent / "data" / "swe-lite"
 SWE_BENCH_LITE_ID = "princeton-nlp/SWE-bench_Lite"
 SWE_BENCH_LITE_SPLITS = ("dev", "test")
@@ -160,6 +166,7 @@ def verify_swe_lite(root: Path = SWE_LITE_DIR) -> dict:
             f"swe-lite is not built: {manifest_path} missing; run `python -m tasks.build swe-lite`"
         )
     manifest = read_manifest(root)
+    _check_version(manifest, root)
     for name, digest in manifest["files"].items():
         if not (root / name).is_file():
             raise SuiteFileError(f"{manifest_path} lists {name}, but {root / name} is missing")
@@ -171,6 +178,25 @@ def verify_swe_lite(root: Path = SWE_LITE_DIR) -> dict:
     if manifest.get("kind") == "probe":
         _check_probe_against_suite(manifest, root)
     return manifest
+
+
+def _check_version(manifest: dict, root: Path) -> None:
+    """The bundled suite must be SWE_LITE_VERSION; another folder may omit `version` but not state another."""
+    bundled = Path(root).resolve() == SWE_LITE_DIR.resolve()
+    if "version" not in manifest and not bundled:
+        return
+    version = str(manifest.get("version", "1"))  # v1 manifests had no version key
+    if version != SWE_LITE_VERSION:
+        raise SuiteUnavailableError(
+            f"{root / 'manifest.json'} is swe-lite v{version}, but this code reads v{SWE_LITE_VERSION} "
+            "(v2 issues show only part of the failing checks); rebuild with `python -m tasks.build swe-lite`"
+            + ("" if bundled else " --probe N --out DIR")
+        )
+
+
+def swe_lite_version(root: Path = SWE_LITE_DIR) -> str:
+    """The version of the swe-lite-format suite in `root`, after verifying it ("1": a manifest without one)."""
+    return str(verify_swe_lite(root).get("version", "1"))
 
 
 def _check_probe_against_suite(manifest: dict, root: Path) -> None:
@@ -214,8 +240,21 @@ def load_swe_lite(
     if path.name not in manifest["files"]:
         raise SuiteFileError(f"{root / 'manifest.json'} counts the split {split!r} but lists no file {path.name}")
     _quiet_datasets()
-    data = _load_data_file("json", path)
-    return _select(list(data), limit, instance_ids, f"swe-lite/{split}", subset)
+    data = list(_load_data_file("json", path))
+    version = manifest.get("version")
+    if version is not None:
+        stray = sorted({str(r.get("version")) for r in data} - {str(version)})
+        if stray:
+            raise SuiteFileError(f"{path}: instances of swe-lite v{stray} in a v{version} suite; rebuild it")
+    log.info(
+        "loaded swe-lite v%s split %s from %s (%d instances, content %s)",
+        version or "?",
+        split,
+        root,
+        len(data),
+        manifest["content_hash"][:12],
+    )
+    return _select(data, limit, instance_ids, f"swe-lite/{split}", subset)
 
 
 def _load_data_file(kind: str, path: Path):

@@ -1,8 +1,10 @@
 """Issue texts a user could have written: a reproduction, what they expected, what they got.
 
-The reproduction is the failing test turned into a script (assertions become prints, expected
+The reproduction is a failing test turned into a script (assertions become prints, expected
 exceptions become try/except), run on the clean project for "expected" and on the buggy one for
-"got". For a crash, "got" is the traceback a user would paste. The fix is never described.
+"got"; since swe-lite v2 it keeps only some of the test's statements (tasks/swelite/checks.py picks
+them), so the hidden tests check more than the issue shows. For a crash, "got" is the traceback a
+user would paste. The fix is never described.
 """
 
 from __future__ import annotations
@@ -46,8 +48,12 @@ class _AssertToPrint(ast.NodeTransformer):
         return ast.copy_location(ast.Try(body=node.body, handlers=[handler], orelse=[no_error], finalbody=[]), node)
 
 
-def repro_script(test_module: str, test_name: str) -> str:
-    """A standalone script reproducing one test: its module's imports (pytest dropped) and body."""
+def repro_script(test_module: str, test_name: str, statements: list[int] | None = None) -> str:
+    """A standalone script reproducing one test: its module's imports (pytest dropped) and body.
+
+    `statements` (indices into the test's body) keeps only those statements: an issue that shows
+    part of a test (swe-lite v2 shows some of its failing checks and keeps the rest hidden).
+    """
     tree = ast.parse(test_module)
     imports = [
         n
@@ -61,7 +67,8 @@ def repro_script(test_module: str, test_name: str) -> str:
         raise ValueError(f"test {test_name!r} not found")
     if fn.args.args:
         raise ValueError(f"test {test_name!r} takes fixtures; cannot turn it into a script")
-    body = [_AssertToPrint().visit(stmt) for stmt in fn.body]
+    kept = fn.body if statements is None else [fn.body[i] for i in statements]
+    body = [_AssertToPrint().visit(stmt) for stmt in kept]
     body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     used = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
     kept_imports = []
@@ -73,6 +80,19 @@ def repro_script(test_module: str, test_name: str) -> str:
     module = ast.Module(body=[*kept_imports, *body], type_ignores=[])
     ast.fix_missing_locations(module)
     return ast.unparse(module) + "\n"
+
+
+_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
+
+
+def stable_addresses(output: str) -> str:
+    """`output` with memory addresses (`<object at 0x7f...>`) renumbered in order of appearance.
+
+    Addresses change from run to run; renumbered, a rebuilt suite is byte-identical, and an object
+    printed twice still shows one address.
+    """
+    seen: dict[str, str] = {}
+    return _ADDRESS.sub(lambda m: seen.setdefault(m[0], f"0x7f00000{len(seen) + 1:02d}000"), output)
 
 
 def innermost_frame(output: str) -> tuple[str, int, str] | None:

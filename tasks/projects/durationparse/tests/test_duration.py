@@ -135,3 +135,11 @@ def test_canonical_unit_spellings():
 def test_canonical_unit_rejects_unknown():
     with pytest.raises(DurationError, match="unknown duration unit 'fortnight'"):
         canonical_unit("fortnight")
+
+
+def test_canonical_unit_singular_names():
+    assert canonical_unit("hour") == "h"
+    assert canonical_unit("Seconds") == "s"
+    assert canonical_unit("week") == "w"
+    assert canonical_unit("minute") == "m"
+    assert canonical_unit("millisecond") == "ms"

@@ -153,3 +153,23 @@ def test_make_interval_returns_none_for_empty():
     assert make_interval(2, 2, True, True) == point(2)
     assert make_interval(-INF, 0, True, True) == open_closed(-INF, 0)
     assert make_interval(0, INF, True, True) == closed_open(0, INF)
+
+
+def test_bad_upper_bounds_are_rejected():
+    with pytest.raises(IntervalError, match="upper bound must be a number, got '9'"):
+        Interval(0, "9")
+    with pytest.raises(IntervalError, match="upper bound must be a number, got None"):
+        Interval(1, None)
+    with pytest.raises(IntervalError, match=r"upper bound must be a number, got \[3\]"):
+        Interval(2, [3])
+    with pytest.raises(IntervalError, match="upper bound must not be NaN"):
+        Interval(0, math.nan)
+
+
+def test_hull_with_shared_bounds_keeps_the_closed_side():
+    assert str(open_interval(0, 2).hull(closed(0, 1))) == "[0, 2)"
+    assert str(closed(0, 1).hull(open_interval(0, 2))) == "[0, 2)"
+    assert str(open_interval(0, 2).hull(open_closed(0, 2))) == "(0, 2]"
+    assert str(open_closed(3, 6).hull(open_interval(3, 4))) == "(3, 6]"
+    assert str(open_interval(3, 4).hull(closed_open(3, 6))) == "[3, 6)"
+    assert str(open_interval(0, 3).hull(closed(-1, 3))) == "[-1, 3]"

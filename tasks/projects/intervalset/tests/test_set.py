@@ -161,3 +161,20 @@ def test_total_length():
     items = IntervalSet([closed(0, 1.5), open_interval(3, 5), point(9)])
     assert items.total_length() == 3.5
     assert IntervalSet([closed_open(0, INF)]).total_length() == INF
+
+
+def test_in_operator_with_open_ends():
+    items = IntervalSet([closed(0, 2), open_interval(4, 6)])
+    assert 1 in items
+    assert 5 in items
+    assert 4 not in items
+    assert 3 not in items
+    assert closed(0, 1) in items
+    assert open_interval(4, 6) in items
+    assert closed(4, 5) not in items
+
+
+def test_gaps_between_mixed_intervals():
+    assert str(IntervalSet([closed(0, 1), closed(2, 3)]).gaps()) == "(1, 2)"
+    assert str(IntervalSet([closed_open(0, 2), open_closed(5, 7), closed(10, 11)]).gaps()) == "[2, 5] | (7, 10)"
+    assert str(IntervalSet([open_interval(0, 1), open_interval(1, 2)]).gaps()) == "[1, 1]"

@@ -150,3 +150,12 @@ def test_format_rejects_unsupported_values():
 def test_format_then_parse_round_trip():
     for value in ["tab\there", 'quote"s', "uni\x01", -0.0, 123456789, [1.5, "a,b"], True]:
         assert parse_value(format_value(value)) == value
+
+
+def test_literal_strings_with_comments_and_hashes():
+    assert parse_value(r"'a\b'") == "a\\b"
+    assert parse_value("'x'  # note") == "x"
+    assert parse_value("'#'") == "#"
+    assert parse_value('"#" # c') == "#"
+    assert parse_value("'a # b' # c") == "a # b"
+    assert parse_value("'q' ") == "q"

@@ -171,3 +171,44 @@ def test_convert():
 def test_convert_rejects_non_positive_rate():
     with pytest.raises(MoneyError, match="exchange rate must be positive, got '0'"):
         Money("10", "EUR").convert("USD", "0")
+
+
+def test_division_by_zero_in_other_currencies():
+    with pytest.raises(MoneyError, match=r"cannot divide USD 7\.50 by zero"):
+        Money("7.50", "USD") / 0
+    with pytest.raises(MoneyError, match="cannot divide JPY 3 by a zero amount"):
+        Money("3", "JPY") / Money("0", "JPY")
+    with pytest.raises(CurrencyMismatchError, match="cannot divide USD and EUR"):
+        Money("1", "USD") / Money("1", "EUR")
+
+
+def test_is_zero_on_other_amounts():
+    assert Money("0.00", "EUR").is_zero() is True
+    assert Money("1.00", "EUR").is_zero() is False
+    assert Money("-0.01", "EUR").is_zero() is False
+    assert Money("0.50", "EUR").is_positive() is True
+
+
+def test_subtraction_and_addition_of_other_amounts():
+    assert str(Money("5", "USD") - Money("7.25", "USD")) == "USD -2.25"
+    assert str(Money("10.00", "EUR") - Money("0.01", "EUR")) == "EUR 9.99"
+    assert str(Money("0.30", "EUR") + Money("0.70", "EUR")) == "EUR 1.00"
+
+
+def test_more_invalid_and_non_finite_amounts():
+    with pytest.raises(MoneyError, match=r"invalid amount '1\.5\.0'"):
+        Money("1.5.0", "EUR")
+    with pytest.raises(MoneyError, match="invalid amount 'abc'"):
+        Money("abc", "USD")
+    with pytest.raises(MoneyError, match="amount must be finite, got 'Infinity'"):
+        Money("Infinity", "EUR")
+    with pytest.raises(MoneyError, match="amount must be finite, got '-inf'"):
+        Money("-inf", "USD")
+
+
+def test_from_minor_rejects_strings_and_floats():
+    with pytest.raises(MoneyError, match="minor units must be an int, got '100'"):
+        Money.from_minor("100", "EUR")
+    with pytest.raises(MoneyError, match=r"minor units must be an int, got 2\.0"):
+        Money.from_minor(2.0, "USD")
+    assert str(Money.from_minor(250, "USD")) == "USD 2.50"

@@ -145,3 +145,30 @@ def test_repr_mentions_kind_and_sizes():
     graph.add_node("c")
     assert repr(graph) == "Graph(directed, nodes=3, edges=1)"
     assert repr(Graph()) == "Graph(undirected, nodes=0, edges=0)"
+
+
+def test_remove_edge_undirected_keeps_other_edges():
+    graph = Graph()
+    graph.add_edge("x", "y", 2.0)
+    graph.add_edge("y", "z")
+    graph.remove_edge("y", "x")
+    assert graph.edges() == [("y", "z", 1.0)]
+    assert graph.has_edge("y", "x") is False
+    assert graph.has_edge("x", "y") is False
+    assert graph.has_edge("z", "y") is True
+
+
+def test_remove_node_drops_edges_both_ways():
+    graph = Graph(directed=True)
+    graph.add_edge("p", "q")
+    graph.add_edge("q", "p")
+    graph.add_edge("q", "r")
+    graph.remove_node("p")
+    assert graph.nodes() == ["q", "r"]
+    assert graph.edges() == [("q", "r", 1.0)]
+    undirected = Graph()
+    undirected.add_edge("a", "b")
+    undirected.add_edge("b", "c")
+    undirected.remove_node("a")
+    assert undirected.edges() == [("b", "c", 1.0)]
+    assert undirected.has_edge("b", "a") is False

@@ -179,3 +179,15 @@ def test_minimum_spanning_forest_of_disconnected_graph():
 def test_minimum_spanning_tree_needs_undirected_graph():
     with pytest.raises(GraphError, match="needs an undirected graph"):
         minimum_spanning_tree(parse_graph("a -> b"))
+
+
+def test_union_find_of_three_items():
+    sets = UnionFind("xyz")
+    assert sets.union("x", "y") is True
+    assert sets.count == 2
+    assert sets.union("y", "x") is False
+    assert sets.union("y", "z") is True
+    assert sets.count == 1
+    assert sets.union("x", "z") is False
+    assert sets.count == 1
+    assert sets.connected("x", "z") is True

@@ -75,3 +75,12 @@ def test_format_graph_undirected_round_trip():
     graph = parse_graph(text)
     assert format_graph(graph) == text
     assert parse_graph(format_graph(graph)).edges() == graph.edges()
+
+
+def test_parse_rejects_other_non_finite_weights():
+    with pytest.raises(ParseError, match="line 1: weight must be finite, got '-inf'"):
+        parse_graph("a -> b : -inf")
+    with pytest.raises(ParseError, match="line 1: weight must be finite, got 'inf'"):
+        parse_graph("x -- y : inf")
+    with pytest.raises(ParseError, match="line 1: weight must be finite, got 'nan'"):
+        parse_graph("p -> q : nan")

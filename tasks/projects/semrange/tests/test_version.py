@@ -134,3 +134,9 @@ def test_coerce_version_passes_versions_through():
     version = Version(1, 2, 3)
     assert coerce_version(version) is version
     assert coerce_version("3.2.1") == Version(3, 2, 1)
+
+
+def test_str_keeps_build_metadata():
+    assert str(Version.parse("2.0.0+build.1")) == "2.0.0+build.1"
+    assert str(Version.parse("0.1.0+a")) == "0.1.0+a"
+    assert str(Version.parse("1.0.0-rc.1+001")) == "1.0.0-rc.1+001"

@@ -82,3 +82,9 @@ def test_word_frequencies_orders_by_count_then_word():
 
 def test_word_frequencies_case_sensitive():
     assert word_frequencies("b a B c a b", ignore_case=False) == [("a", 2), ("b", 2), ("B", 1), ("c", 1)]
+
+
+def test_indent_leaves_blank_and_space_only_lines():
+    assert indent("x\n \ny", "# ") == "# x\n \n# y"
+    assert indent("\none\n\ntwo", "  ") == "\n  one\n\n  two"
+    assert indent("a\n\nb", "> ", skip_blank=False) == "> a\n> \n> b"

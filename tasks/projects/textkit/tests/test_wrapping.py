@@ -112,3 +112,20 @@ def test_align_returns_long_lines_unchanged():
 def test_align_rejects_unknown_mode():
     with pytest.raises(AlignmentError, match="'justify'"):
         align("x", 3, "justify")
+
+
+def test_wrap_rejects_indents_that_fill_the_line():
+    with pytest.raises(WidthError, match="indent '  ' leaves no room in a line of width 2"):
+        wrap("some words", 2, subsequent_indent="  ")
+    with pytest.raises(WidthError, match="indent '   ' leaves no room in a line of width 3"):
+        wrap("abc", 3, initial_indent="   ")
+    with pytest.raises(WidthError, match="indent '      ' leaves no room in a line of width 5"):
+        wrap("abc def", 5, subsequent_indent="      ")
+
+
+def test_align_other_widths():
+    assert align("xyz", 5) == "xyz  "
+    assert align("xyz", 5, "right") == "  xyz"
+    assert align("xyz", 8, "center") == "  xyz   "
+    assert align("a", 4, "center") == " a  "
+    assert align("hello", 9, "center") == "  hello  "

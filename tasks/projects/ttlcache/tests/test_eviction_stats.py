@@ -95,3 +95,14 @@ def test_reset_stats_zeroes_counters():
     cache.reset_stats()
     assert cache.stats == CacheStats()
     assert cache["b"] == 2
+
+
+def test_on_evict_receives_key_then_value():
+    evicted = []
+    cache = TTLCache(2, clock=ManualClock(), on_evict=lambda key, value: evicted.append((key, value)))
+    cache["x"] = 10
+    cache["y"] = 20
+    cache["z"] = 30
+    cache["w"] = 40
+    assert evicted == [("x", 10), ("y", 20)]
+    assert cache.keys() == ["z", "w"]

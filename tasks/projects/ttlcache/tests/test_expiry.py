@@ -120,3 +120,10 @@ def test_non_positive_ttl_is_rejected():
     with pytest.raises(InvalidTTLError, match="got -3"):
         TTLCache(4, clock=ManualClock(), default_ttl=-3)
     assert "a" not in cache
+
+
+def test_default_ttl_property():
+    clock = ManualClock()
+    assert TTLCache(4, clock=clock, default_ttl=10).default_ttl == 10
+    assert TTLCache(2, clock=clock, default_ttl=3).default_ttl == 3
+    assert TTLCache(2, clock=clock).default_ttl is None

@@ -157,3 +157,10 @@ def test_memoize_requires_cache_or_clock():
 def test_memoize_rejects_bad_ttl():
     with pytest.raises(InvalidTTLError, match="got -1"):
         memoize(clock=ManualClock(), ttl=-1)
+
+
+def test_make_key_typed_keyword_types():
+    assert make_key(("a",), {"n": 2}, typed=True) == ("a", KWARGS_MARK, ("n", 2), str, int)
+    assert make_key((), {"b": 1.5, "a": None}, typed=True) == (KWARGS_MARK, ("a", None), ("b", 1.5), type(None), float)
+    assert make_key((), {"k": True}, typed=True) == (KWARGS_MARK, ("k", True), bool)
+    assert make_key((), {"k": 1}, typed=True) != make_key((), {"k": 1.0}, typed=True)
