@@ -1,4 +1,4 @@
-"""Imports run downward only: every package imports only the folders the README's Layout section allows it."""
+"""Imports run downward only: every package imports only the folders docs/architecture.md's Layout allows it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ FIXTURES = PROJECT / "tasks" / "projects"  # the agent's workload (projects it e
 
 
 def layout() -> list[tuple[str, set[str]]]:
-    """(folder, the folders it may import) for each package of the README's Layout block, lowest floor first."""
-    readme = (PROJECT / "README.md").read_text()
-    section = readme[readme.index("## Layout\n") :]
+    """(folder, the folders it may import) for each package of the Layout block, lowest floor first."""
+    page = (PROJECT / "docs" / "architecture.md").read_text()
+    section = page[page.index("## Layout\n") :]
     block = section[section.index("```\n") + 4 :]
     block = block[: block.index("```")]
     floors: list[tuple[str, set[str]]] = []
@@ -46,7 +46,7 @@ def imported_packages(package: str, names: set[str], root: Path = PROJECT) -> di
     return found
 
 
-def test_the_readme_lists_every_package_once_with_what_it_may_import():
+def test_the_layout_lists_every_package_once_with_what_it_may_import():
     packages = {p.name for p in PROJECT.iterdir() if (p / "__init__.py").exists() and p.name != "tests"}
     listed = [name for name, _ in layout()]
     assert sorted(listed) == sorted(packages)
@@ -56,7 +56,7 @@ def test_the_readme_lists_every_package_once_with_what_it_may_import():
 def test_each_package_may_import_only_packages_on_floors_below_it():
     below: set[str] = set()
     for name, allowed in layout():
-        assert allowed <= below, f"{name}/ is allowed {sorted(allowed - below)}, which the README lists above it"
+        assert allowed <= below, f"{name}/ is allowed {sorted(allowed - below)}, listed above it (docs/architecture.md)"
         below.add(name)
 
 
@@ -69,7 +69,7 @@ def test_no_package_imports_one_it_is_not_allowed():
         for other, where in imported_packages(name, names).items()
         if other not in allowed
     }
-    assert not wrong, f"imports running up or sideways (README.md, Layout): {wrong}"
+    assert not wrong, f"imports running up or sideways (docs/architecture.md, Layout): {wrong}"
 
 
 def test_the_reader_sees_imports_hidden_in_functions_and_type_checking_blocks(tmp_path):
