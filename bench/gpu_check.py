@@ -312,7 +312,7 @@ class Settings:
 
     @property
     def dtype(self) -> str:
-        """bf16 on the GPU (the measurement README's engine section asks for); fp32 on a CPU rehearsal."""
+        """bf16 on the GPU (what docs/benchmarks.md's `bench engine` asks for); fp32 on a CPU rehearsal."""
         return "bfloat16" if self.device == "cuda" else "float32"
 
 
