@@ -1,4 +1,4 @@
-"""`python -m export`: how each spectune drafter maps to each production server, as the README's Markdown rows."""
+"""`python -m export`: how each spectune drafter maps to each production server, as docs/servers.md's Markdown rows."""
 
 import sys
 

@@ -5,7 +5,7 @@ vLLM `method`, an SGLang `--speculative-algorithm`) or the reason the server has
 drafter is exported there with speculation off. Each writer (export/llama_server.py, vllm.py, sglang.py) keeps
 only its builders, the functions that turn one drafter's options into that server's flags and Mapping rows;
 `dispatch` picks the builder this table names, exports a combination (A+B) through the lookup child the server
-runs, and writes the "no equivalent" row otherwise. The README's mapping rows are `python -m export`
+runs, and writes the "no equivalent" row otherwise. docs/servers.md's mapping rows are `python -m export`
 (tests/export/test_table.py keeps the two equal and every writer's builders equal to its column).
 """
 
@@ -20,7 +20,7 @@ from export.record import APPROXIMATE, NONE, Mapping, half_export, typed_options
 
 LLAMA, VLLM, SGLANG = "llama-server", "vLLM", "SGLang"
 SERVERS = (LLAMA, VLLM, SGLANG)
-# What a Way's kind is given as on each server (the README's column headers say it).
+# What a Way's kind is given as on each server (docs/servers.md's column headers say it).
 KIND_FLAG = {LLAMA: "--spec-type", VLLM: '"method"', SGLANG: "--speculative-algorithm"}
 
 
@@ -169,7 +169,7 @@ def dispatch(
 
 
 def markdown() -> str:
-    """The table as the README's Markdown: one row per drafter, one column per server."""
+    """The table as docs/servers.md's Markdown: one row per drafter, one column per server."""
     head = " | ".join(f"{s} ({KIND_FLAG[s]})" for s in SERVERS)
     lines = [f"| drafter | {head} |", "|---" * (len(SERVERS) + 1) + "|"]
     for drafter in TABLE:

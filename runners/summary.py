@@ -1,6 +1,6 @@
 """Aggregate per-task outcomes into the run summary (the numbers summary.json, the table and MLflow show).
 
-Definitions (README, "What the runner measures"):
+Definitions (docs/runner.md, "What it measures"):
 - a task run is a *success* when the agent submitted and the evaluation resolved its diff;
 - `seconds_per_success` of one repeat = agent wall time of all its tasks (generation + tool commands,
   evaluation excluded) / its successes; the run's value is the median over repeats (a repeat with no

@@ -50,7 +50,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serving.gguf import TYPES, cache_file, export_gguf, read_json
+from serving.gguf import TYPES, export_gguf, read_json
+from serving.gguf_cache import cache_file
 
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # what the converter registers as EAGLE-3
 WEIGHTS = "model.safetensors"
@@ -153,7 +154,7 @@ def eagle3_gguf(head: str | Path, target: str | Path, out: str | Path, kind: str
 
 
 def cached_eagle3_gguf(target_path: str | Path, head_path: str | Path, kind: str = "f32") -> Path:
-    """eagle3_gguf once per (target, head, type), kept in the GGUF cache (serving.gguf.cache_file keys both
+    """eagle3_gguf once per (target, head, type), kept in the GGUF cache (serving.gguf_cache.cache_file keys both
     folders' files: an edited head or target is converted again)."""
     if kind not in TYPES:
         raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")

@@ -21,7 +21,6 @@ is what the agent loop has anyway; the folder's tokenizer.json goes into the fil
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -30,17 +29,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common.cache import cache_root
 from common.files import atomic_path
-from serving.llama_binary import INSTALL_HINT, PINNED, build_dir
+from serving.gguf_cache import cache_file
+from serving.llama_binary import INSTALL_HINT, build_dir
 from serving.quantize import QUANT_TYPES, quantize_gguf
 
 TYPES = ("f32", "f16", "bf16", "q8_0")  # what the converter writes itself
 # Every type a model folder can be exported to: the converter's, then llama-quantize's others (f32 first).
 ALL_TYPES = TYPES + tuple(kind for kind in QUANT_TYPES if kind not in TYPES)
-# What spectune adds to the converter's output; a new value converts cached files again. 2: a tokenizer llama.cpp
-# cannot reproduce is embedded as tokenizer.huggingface.json (read by runners.models for a GGUF-only target).
-FORMAT = 2
 # Run in a fresh interpreter: import the pinned converter, make an unknown pre-tokenizer fall back to
 # a named one (reported on stderr), then run the converter's own command line unchanged.
 # A mimo2 folder (serving/mtp_gguf.py) holds fewer MTP layers than the 3 the converter assumes for MiMo-V2
@@ -126,19 +122,6 @@ def export_gguf(
             if line.startswith("spectune:"):
                 print(line, file=sys.stderr)
     return out
-
-
-def cache_file(name: str, folders: Sequence[str | Path], kind: str) -> Path:
-    """Where a GGUF made from `folders` is kept: keyed by their paths and every file's name, size and
-    modification time (an edited model is converted again), the type and the pinned release. An entry that is
-    a file (a GGUF to quantize, serving/quantize.py) counts as itself."""
-    digest = hashlib.sha256(f"{kind}|{PINNED}|{FORMAT}".encode())
-    for folder in (Path(f).resolve() for f in folders):
-        files = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
-        for path in files:
-            info = path.stat()
-            digest.update(f"|{path}:{info.st_size}:{info.st_mtime_ns}".encode())
-    return cache_root("gguf") / f"{name}-{digest.hexdigest()[:16]}-{kind}.gguf"
 
 
 def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path | None = None) -> Path:

@@ -31,7 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from serving.gguf import TYPES, cache_file, export_gguf, read_json
+from serving.gguf import TYPES, export_gguf, read_json
+from serving.gguf_cache import cache_file
 
 ARCHITECTURE = "MiMoV2FlashForCausalLM"
 MODEL_TYPE = "spectune_mimo2"  # unknown to transformers on purpose (module docstring)

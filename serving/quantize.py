@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from common.files import atomic_path
+from serving.gguf_cache import cache_file
 from serving.llama_binary import build_dir, foreign_build
 
 # llama-quantize's type names (its --help, pinned release), lowercase; each is also a server.gguf_type.
@@ -93,10 +94,8 @@ def quantize_gguf(
 
 
 def cached_quantized(source: str | Path, kind: str) -> Path:
-    """`source` (a GGUF) quantized to `kind`, made once and kept in the cache: keyed like serving.gguf.cache_file
-    by the source's path, size and modification time, the type and the pinned release."""
-    from serving.gguf import cache_file  # serving.gguf imports this module for its types
-
+    """`source` (a GGUF) quantized to `kind`, made once and kept in the cache (serving/gguf_cache.py):
+    keyed by the source's path, size and modification time, the type and the pinned release."""
     check_type(kind)
     source = Path(source).resolve()
     if not source.is_file():

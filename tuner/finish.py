@@ -3,11 +3,9 @@
     python -m tuner.finish study.name=NAME [the study's other overrides]
 
 `python -m tuner.search` finishes the study itself when it is the last worker (no other worker's trial still
-running and the budget spent). Exactly one process finishes at a time, on any storage: a worker enqueues a
-`role=finish` claim and tries to take the lowest waiting claim the way Optuna takes a queued trial (an atomic
-WAITING -> RUNNING change in the storage); the one that succeeds finishes, the others say so and leave. A
-finish whose process died (same host, owner gone) is taken over by the next one. Finishing again (a resumed,
-already finished study) redoes only what is missing: confirmations are reused from their files.
+running and the budget spent). Exactly one process finishes at a time, on any storage: the one that takes the
+study's finish claim (tuner/claims.py); the others say so and leave. Finishing again (a resumed, already finished
+study) redoes only what is missing: confirmations are reused from their files.
 
 What it does: picks the engine's best and each server's best feasible configuration (tuner/winners.py),
 confirms each distinct one live against OFF on the held-out tasks, decides ON or OFF per target, writes best/
@@ -18,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import statistics
 import time
 from dataclasses import asdict
@@ -45,10 +42,10 @@ from runners.provenance import provenance
 from runners.report import table_console
 from runners.tracking import finish_or_report
 from serving.llama_binary import LlamaServerMissing, find_llama_server
-from tasks.sandbox.owner import is_alive, owner_token
 from tuner import server_choice
 from tuner import study as studies
 from tuner.baseline import load_baseline
+from tuner.claims import claim, others_running, release
 from tuner.config import register_tune_configs
 from tuner.confirm import confirm
 from tuner.export_ggufs import bundled_ggufs, served_facts
@@ -62,64 +59,6 @@ from tuner.winners import SPECTUNE, Decision, decide, pick_winners
 SUMMARY_FILE = "summary.json"
 CONFIRM_DIR = "confirm"
 BEST_DIR = "best"
-
-
-# ---------------------------------------------------------------- one finisher at a time
-
-
-def claim(study: optuna.Study, storage: optuna.storages.BaseStorage) -> FrozenTrial | None:
-    """Take the study's finish claim (module docstring); None when another live process holds or won it."""
-    host, me = socket.gethostname(), owner_token()
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if studies.role(t) != "finish":
-            continue
-        owner = t.user_attrs.get("owner")
-        if t.user_attrs.get("host") == host and owner and not is_alive(owner):
-            storage.set_trial_user_attr(t._trial_id, "reason", "its finisher died")
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            continue
-        return None  # someone is finishing right now
-    study.enqueue_trial({}, user_attrs={studies.ROLE: "finish", "owner": me, "host": host}, skip_if_exists=False)
-    waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if studies.role(t) == "finish"]
-    waiting.sort(key=lambda t: t.number)
-    first = waiting[0]
-    # FrozenTrial's storage id is private; Optuna's own ask() takes a queued trial with the same call.
-    if not storage.set_trial_state_values(first._trial_id, TrialState.RUNNING):
-        _retire([t for t in waiting if t.user_attrs.get("owner") == me], storage, "another process finishes")
-        return None
-    storage.set_trial_user_attr(first._trial_id, "owner", me)
-    storage.set_trial_user_attr(first._trial_id, "host", host)
-    _retire(waiting[1:], storage, "another process finishes")
-    return storage.get_trial(first._trial_id)
-
-
-def release(storage: optuna.storages.BaseStorage, token: FrozenTrial, reason: str) -> None:
-    """End the claim (FAIL: samplers ignore it; it is never a trial)."""
-    storage.set_trial_user_attr(token._trial_id, "reason", reason)
-    storage.set_trial_state_values(token._trial_id, TrialState.FAIL)
-
-
-def _retire(tokens: list[FrozenTrial], storage: optuna.storages.BaseStorage, reason: str) -> None:
-    for t in tokens:
-        try:
-            storage.set_trial_user_attr(t._trial_id, "reason", reason)
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        except RuntimeError:  # taken or finished meanwhile (UpdateFinishedTrialError is a RuntimeError)
-            pass
-
-
-def others_running(study: optuna.Study) -> list[FrozenTrial]:
-    """Trials of other processes still running (those of dead processes on this host excepted)."""
-    host, me = socket.gethostname(), owner_token()
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = t.user_attrs.get("owner")
-        if studies.role(t) == "finish" or owner == me:
-            continue
-        if t.user_attrs.get("host") == host and owner and not is_alive(owner):
-            continue
-        out.append(t)
-    return out
 
 
 # ---------------------------------------------------------------- the figures

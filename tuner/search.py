@@ -28,8 +28,9 @@ from runners.cli import CONF_DIR, run_command
 from runners.interrupt import GracefulStop
 from runners.report import table_console
 from tuner import study as studies
+from tuner.claims import claim, others_running, release
 from tuner.config import register_tune_configs
-from tuner.finish import SUMMARY_FILE, claim, finish, off_export_record, others_running, release
+from tuner.finish import SUMMARY_FILE, finish, off_export_record
 from tuner.levels import write_levels
 from tuner.optimize import run_study
 from tuner.report import trials_table

@@ -196,7 +196,7 @@ def serve_list(value: Any) -> tuple[str, ...]:
 
 def resolve_clock(setting: str, device: str, decodes_in_process: bool = True) -> str:
     """`tuner.clock=auto`: CPU seconds of the generating thread when one CPU thread of this process does all the
-    generating (under contention they barely move while wall time grows; `python -m bench` numbers in the README),
+    generating (under contention they barely move while wall time grows; the runs in docs/benchmarks.md),
     else wall time (several compute threads spin-wait for each other, so CPU time inflates with contention too; on
     a GPU the generating thread mostly waits; a server decodes in its own process, which no clock of this one
     sees). ValueError for `cpu` where another process decodes: every candidate would read the same ~1.000x."""

@@ -15,6 +15,7 @@ from typing import Any
 from engine.drafters.base import Needs
 from engine.drafters.chained_head import ChainedHeadDrafter
 from engine.heads import ChainedHead
+from engine.memory import eagle3_state_bytes_per_token
 
 
 @dataclass
@@ -40,6 +41,4 @@ class Eagle3Drafter(ChainedHeadDrafter):
     @classmethod
     def state_bytes_per_token(cls, options: Eagle3Options | None, target: Any, dtype: str) -> float:
         """The head's one-layer KV and the three target hidden states kept per position."""
-        from engine.memory import eagle3_state_bytes_per_token  # not at import: see MtpDrafter
-
         return eagle3_state_bytes_per_token(target, dtype)

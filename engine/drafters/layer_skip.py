@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.drafters.base import DrafterBase, DrafterResources, Needs
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.memory import layer_skip_state_bytes_per_token
 
 
 @dataclass
@@ -39,9 +40,6 @@ class LayerSkipDrafter(DraftModelDrafter):
     @classmethod
     def state_bytes_per_token(cls, options: LayerSkipOptions | None, target: Any, dtype: str) -> float:
         """The K and V of the draft's own `layers`-layer cache."""
-        # imported here: `python -m engine.memory` must not find engine.memory already imported
-        from engine.memory import layer_skip_state_bytes_per_token
-
         return layer_skip_state_bytes_per_token(target, (options or LayerSkipOptions()).layers, dtype)
 
     def __init__(self, options: LayerSkipOptions | None, resources: DrafterResources) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from engine.drafters.base import Needs
 from engine.drafters.chained_head import ChainedHeadDrafter
 from engine.llama import TRUNK
+from engine.memory import mtp_state_bytes_per_token
 
 
 @dataclass
@@ -31,7 +32,4 @@ class MtpDrafter(ChainedHeadDrafter):
     @classmethod
     def state_bytes_per_token(cls, options: MtpOptions | None, target: Any, dtype: str) -> float:
         """The module's one-layer block KV and the target hidden state kept per position."""
-        # imported here: `python -m engine.memory` must not find engine.memory already imported
-        from engine.memory import mtp_state_bytes_per_token
-
         return mtp_state_bytes_per_token(target, dtype)

@@ -90,7 +90,7 @@ from tasks.sandbox.limits import Limits, OutputCapture, parse_size, setpriv_args
 from tasks.sandbox.local_cgroup import CommandCgroups, reap_stale_cgroups
 from tasks.sandbox.local_mounts import TMPFS_DIRS, blocked_at, bwrap_mounts, plan_exposed, write_etc
 from tasks.sandbox.owner import mark, reap_stale_dirs
-from tasks.sandbox.task_python import note_private_tmpfs, task_python
+from tasks.sandbox.task_python import TaskPython, note_private_tmpfs, task_python
 from tasks.sandbox.workspace import (
     BASELINE_ATTRIBUTES,
     DIFF_FLAGS,
@@ -240,19 +240,7 @@ class LocalSandbox:
             raise ValueError(f"python_env must be one of {PYTHON_ENVS}, got {python_env!r}")
         _reap_once(base_dir)
         self.python_env = python_env
-        if python_env == "task":
-            env = task_python()
-            self._python_bindir, self._python_paths = str(env.bindir), env.needed_paths()
-        else:
-            self._python_bindir = os.path.dirname(os.path.abspath(sys.executable))
-            self._python_paths = [
-                sys.prefix,
-                sys.base_prefix,
-                sys.exec_prefix,
-                sys.base_exec_prefix,
-                self._python_bindir,
-                os.path.dirname(os.path.realpath(sys.executable)),
-            ]
+        env = self._choose_python(python_env)
         fields = {f.name for f in dataclasses.fields(Limits)}
         unknown = set(limit_overrides) - fields
         if unknown:
@@ -270,6 +258,37 @@ class LocalSandbox:
         self._bwrap_argv: list[str] = []
         self.host_path: Path | None = None
 
+        self._find_tools()
+        self._choose_user(user)
+        why_not = self._choose_isolation(isolation)
+        self._plan_exposure(why_not, env)
+        if self.limits.workspace_size is not None and self.isolation != "namespaces":
+            self.warnings.append(
+                "no workspace size cap (needs root and namespaces): RLIMIT_FSIZE caps single files only"
+            )
+        # the cgroups last: nothing after them may fail and leave them behind until the finalizer
+        self._make_cgroups(use_cgroup)
+
+    def _choose_python(self, python_env: str) -> TaskPython | None:
+        """The `python` of commands (class docstring: python_env): its bin folder and the host paths it needs; the task
+        environment itself when it is one."""
+        if python_env == "task":
+            env = task_python()
+            self._python_bindir, self._python_paths = str(env.bindir), env.needed_paths()
+            return env
+        self._python_bindir = os.path.dirname(os.path.abspath(sys.executable))
+        self._python_paths = [
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            sys.base_exec_prefix,
+            self._python_bindir,
+            os.path.dirname(os.path.realpath(sys.executable)),
+        ]
+        return None
+
+    def _find_tools(self) -> None:
+        """The host programs a command needs (a missing one is a SandboxError) or may use."""
         self._bash = _need("bash")
         self._sh = _need("sh")
         self._git_exe = _need("git")
@@ -279,7 +298,8 @@ class LocalSandbox:
         self._bwrap = _which("bwrap")
         self._unshare = _which("unshare")
 
-        # who runs commands
+    def _choose_user(self, user: str | int) -> None:
+        """Who runs commands: `user` when the caller is root (an unprivileged one), else the caller, with a warning."""
         self._root = os.geteuid() == 0
         if self._root:
             try:
@@ -298,7 +318,8 @@ class LocalSandbox:
             if user not in ("nobody", self.uid):
                 self.warnings.append(f"not root: commands run as the caller (uid {self.uid}), not as {user!r}")
 
-        # which isolation works here
+    def _choose_isolation(self, isolation: str) -> str:
+        """Which isolation works here (`self.isolation`); returns why namespaces are not used ("" when they are)."""
         self.isolation = "none"
         why_not = "forced by isolation='none'"
         if isolation != "none":
@@ -323,7 +344,11 @@ class LocalSandbox:
                 f"CI=true requires network isolation, but bwrap cannot make namespaces here ({why_not}); "
                 f"{INSTALL_BWRAP} and run the tests as root or where user namespaces are allowed"
             )
+        return why_not
 
+    def _plan_exposure(self, why_not: str, env: TaskPython | None) -> None:
+        """What of the host commands see (`self._exposed`: the python's paths and expose_paths, read-only), and the
+        warnings for what is not protected here."""
         needed = {os.path.realpath(p) for p in self._python_paths if p and os.path.exists(p)}
         needed |= {os.path.realpath(p) for p in self._expose}  # a missing one is warned about
         if self.isolation == "none":
@@ -347,14 +372,11 @@ class LocalSandbox:
                     "on the host, without capabilities, not as a separate user"
                 )
             self._exposed = plan_exposed(needed, self.uid, self.gid, self.warnings)
-            if python_env == "task":
+            if env is not None:
                 note_private_tmpfs(env, TMPFS_DIRS)
 
-        if self.limits.workspace_size is not None and self.isolation != "namespaces":
-            self.warnings.append(
-                "no workspace size cap (needs root and namespaces): RLIMIT_FSIZE caps single files only"
-            )
-        # the cgroups (last: nothing after them may fail and leave them behind until the finalizer)
+    def _make_cgroups(self, use_cgroup: bool) -> None:
+        """The command cgroups (pids, and memory when limited), or the warnings for what is missing without them."""
         if use_cgroup:
             memory = self.limits.memory is not None
             self._res.cgroup, how = CommandCgroups.create(memory=memory)

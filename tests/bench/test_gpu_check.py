@@ -12,19 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import gpu_check
-from bench.gpu_check import (
-    Runner,
-    Settings,
-    Step,
-    assemble_report,
-    build_plan,
-    pytest_counts,
-    run_plan,
-    source_fingerprint,
-    tuner_result,
-    write_report,
-)
+from bench.gpu_check import __main__ as driver
+from bench.gpu_check.environment import setup_environment
+from bench.gpu_check.machine import source_fingerprint
+from bench.gpu_check.plan import DEFAULT_BUDGET_S, Settings, build_plan
+from bench.gpu_check.probes import env_probe, memory_probe, sandbox_probe
+from bench.gpu_check.report import assemble_report, write_report
+from bench.gpu_check.steps import Runner, Step, pytest_counts, run_plan, tuner_result
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -275,7 +269,7 @@ def test_the_plan_covers_the_four_parts_on_cuda_and_rehearses_them_on_a_cpu():
     assert "--sessions 1,4,16 --drafters none,ngram,draft_model,mtp" in commands["batch/sessions"]
     assert commands["memory/cuda-test"].endswith("tests/engine/test_memory.py -k cuda")
     assert "hardware=h200 task=swe-lite model.device=cuda tuner.trials=2" in commands["tuner/two-trials"]
-    assert sum(s.min_s for s in cuda) < gpu_check.DEFAULT_BUDGET_S
+    assert sum(s.min_s for s in cuda) < DEFAULT_BUDGET_S
 
     cpu = build_plan(Settings(device="cpu", python="py"), ("engine", "tuner"))
     assert [s.name for s in cpu] == ["torch", "transformers", "two-trials"]  # graphs is CUDA only
@@ -287,8 +281,8 @@ def test_dry_run_lists_the_commands_without_cuda(monkeypatch, capsys):
     def no_probe() -> bool:
         raise AssertionError("--dry-run must not look for a GPU")
 
-    monkeypatch.setattr(gpu_check, "cuda_present", no_probe)
-    assert gpu_check.main(["--dry-run"]) == 0
+    monkeypatch.setattr(driver, "cuda_present", no_probe)
+    assert driver.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
     for text in (
         "-m venv",
@@ -306,8 +300,8 @@ def test_dry_run_lists_the_commands_without_cuda(monkeypatch, capsys):
 
 
 def test_without_cuda_the_driver_refuses_in_one_line(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(gpu_check, "cuda_present", lambda: False)
-    assert gpu_check.main(["--out", str(tmp_path / "out")]) == 2
+    monkeypatch.setattr(driver, "cuda_present", lambda: False)
+    assert driver.main(["--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no CUDA device here" in err and "--dry-run" in err
     assert not (tmp_path / "out").exists()
@@ -329,7 +323,7 @@ def test_the_wrapper_refuses_on_this_cpu_machine(tmp_path):
 
 def test_unknown_parts_are_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        gpu_check.main(["--dry-run", "--parts", "engine,warp"])
+        driver.main(["--dry-run", "--parts", "engine,warp"])
     assert exc.value.code == 2 and "--parts" in capsys.readouterr().err
 
 
@@ -337,18 +331,18 @@ def test_unknown_parts_are_a_usage_error(capsys):
 
 
 def test_env_probe_names_torch_and_its_device():
-    probe = gpu_check.env_probe()
+    probe = env_probe()
     assert probe["torch"] == torch.__version__ and probe["cuda_available"] == torch.cuda.is_available()
     assert probe["transformers"].split()[0][0].isdigit()
 
 
 def test_sandbox_probe_runs_a_command_in_the_local_sandbox():
-    probe = gpu_check.sandbox_probe()
+    probe = sandbox_probe()
     assert probe["ok"] and probe["output"].split() == ["probe", "42"]
 
 
 def test_memory_probe_estimates_on_a_cpu_where_no_peak_is_measured():
-    probe = gpu_check.memory_probe("cpu", "float32", [16], new_tokens=4)
+    probe = memory_probe("cpu", "float32", [16], new_tokens=4)
     assert [(r["drafter"], r["context"]) for r in probe["rows"]] == [("none", 16), ("draft_model", 16)]
     for row in probe["rows"]:
         assert row["measured_peak_bytes"] is None and row["peak_over_estimate"] is None
@@ -426,9 +420,9 @@ def test_offline_setup_sees_this_interpreters_torch_and_installs_the_carried_whe
     _fake_wheel(tmp_path / "wheels")
     unreachable = "http://127.0.0.1:9/"  # nothing listens there: PyPI counts as unreachable
     folders = ["--venv", str(tmp_path / "venv"), "--wheels", str(tmp_path / "wheels")]
-    args = gpu_check.build_parser().parse_args(["--out", str(tmp_path / "out"), *folders, "--index-probe", unreachable])
+    args = driver.build_parser().parse_args(["--out", str(tmp_path / "out"), *folders, "--index-probe", unreachable])
     r = Runner(cwd=REPO, env=dict(os.environ), deadline=time.monotonic() + 600)
-    record = gpu_check.setup_environment(args, r)
+    record = setup_environment(args, r)
     assert record["mode"] == "offline" and record["pypi_reachable"] is False
     assert record["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"] and "gpu_check_probe" in record["note"]
     steps = [(x["name"], x["status"]) for x in r.results]
@@ -441,5 +435,5 @@ def test_offline_setup_sees_this_interpreters_torch_and_installs_the_carried_whe
     assert where.startswith(str(tmp_path / "venv")) and version == torch.__version__
 
     # A venv that already imports torch is reused as it is.
-    again = gpu_check.setup_environment(args, Runner(cwd=REPO, env=dict(os.environ), deadline=time.monotonic() + 60))
+    again = setup_environment(args, Runner(cwd=REPO, env=dict(os.environ), deadline=time.monotonic() + 60))
     assert again["mode"] == "reused"

@@ -27,7 +27,7 @@ def test_the_cache_root_is_spectune_cache_else_xdg_else_home(monkeypatch, tmp_pa
 def test_every_cache_of_spectune_moves_with_one_variable(monkeypatch, tmp_path):
     from bench.engine import cache_dir
     from engine.forward_plan import cache_file
-    from serving.gguf import cache_file as gguf_file
+    from serving.gguf_cache import cache_file as gguf_file
     from serving.llama_binary import build_dir
     from tasks.sandbox.task_python import task_python_root
 

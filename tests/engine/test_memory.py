@@ -27,11 +27,11 @@ from engine.memory import (
     estimate_memory,
     kv_bytes_for,
     largest_context,
-    main,
     model_shape,
     safetensors_params,
     workspace_bytes,
 )
+from engine.memory.__main__ import main
 from tests.conftest import needs_cuda
 
 torch.set_num_threads(1)  # the test machine's cores are shared

@@ -1,4 +1,4 @@
-"""The drafter -> server table (export/table.py) is the one the writers follow and the one the README shows."""
+"""The drafter -> server table (export/table.py) is the one the writers follow and the one docs/servers.md shows."""
 
 from __future__ import annotations
 
@@ -74,10 +74,10 @@ def test_the_writer_writes_the_kind_the_table_names_or_speculation_off_with_its_
         assert kinds_written(server, spec) == []
 
 
-def test_the_readme_shows_the_table_as_python_m_export_prints_it():
+def test_docs_servers_shows_the_table_as_python_m_export_prints_it():
     printed = subprocess.run(
         [sys.executable, "-m", "export"], cwd=PROJECT, capture_output=True, text=True, check=True
     ).stdout
-    readme = (PROJECT / "README.md").read_text()
-    start = readme.index("<!-- python -m export -->\n") + len("<!-- python -m export -->\n")
-    assert readme[start : readme.index("<!-- end of python -m export -->")] == printed
+    page = (PROJECT / "docs" / "servers.md").read_text()
+    start = page.index("<!-- python -m export -->\n") + len("<!-- python -m export -->\n")
+    assert page[start : page.index("<!-- end of python -m export -->")] == printed

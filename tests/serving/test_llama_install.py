@@ -228,11 +228,12 @@ def test_another_binary_reports_what_list_devices_lists_asked_once(tmp_path):
     assert llama_binary.devices_backend("Available devices:\n  Vulkan0: AMD (1 MiB, 1 MiB free)\n") == "cpu"
 
 
-# ---- the GPU check's llama part (bench/gpu_check.py) ---------------------------------------------------------------
+# ---- the GPU check's llama part (bench/gpu_check/) ----------------------------------------------------------------
 
 
 def test_the_gpu_checks_llama_part_builds_with_cuda_and_runs_draft_mtp_on_it(tmp_path):
-    from bench.gpu_check import PARTS, Settings, Step, build_plan, parse_output
+    from bench.gpu_check.plan import PARTS, Settings, build_plan
+    from bench.gpu_check.steps import Step, parse_output
 
     assert "llama" not in PARTS, "a CUDA build takes minutes: only when --parts names it"
     cuda = build_plan(Settings(device="cuda", python="py", llama_sdist="/c/sdist.tar.gz"), ("llama",))

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from serving import gguf, quantize
-from serving.gguf import ALL_TYPES, TYPES, cache_file, cached_gguf
+from serving.gguf import ALL_TYPES, TYPES, cached_gguf
+from serving.gguf_cache import cache_file
 from serving.gguf_file import read_gguf
 from serving.llama_server import LlamaServer
 from serving.quantize import QUANT_TYPES, cached_quantized, find_llama_quantize, quantize_gguf

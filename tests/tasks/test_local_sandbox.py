@@ -23,7 +23,8 @@ import pytest
 from tasks.sandbox import SandboxError, make_sandbox
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, WORKSPACE
 from tasks.sandbox.limits import OutputCapture, elision_marker
-from tasks.sandbox.local import LocalSandbox, command_env, normalize_output
+from tasks.sandbox.local import LocalSandbox
+from tasks.sandbox.workspace import command_env, normalize_output
 from tests.conftest import WORKSPACE_ATTRIBUTE_IDS, WORKSPACE_ATTRIBUTES, diff_sections
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tasks.sandbox import SandboxError
-from tasks.sandbox.local import TMPFS_DIRS, LocalSandbox
+from tasks.sandbox.local import LocalSandbox
+from tasks.sandbox.local_mounts import TMPFS_DIRS
 from tasks.sandbox.task_python import ENV_VAR, task_python
 from tests.conftest import SANDBOX_KINDS, sandbox_factory_or_skip
 

@@ -16,7 +16,7 @@ from engine.engine import EngineConfig
 from export.per_server import write_index, write_target
 from export.record import ExportRecord
 from tuner import constraints
-from tuner.finish import claim, release
+from tuner.claims import claim, release
 from tuner.winners import SPECTUNE, Winner, decide, pick_winners
 
 FEASIBLE = {name: -1.0 for name in constraints.CONSTRAINTS}
