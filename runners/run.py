@@ -25,6 +25,7 @@ from common.units import GIB
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from runners.backends import backend_class
+from runners.backends.llama_server_setup import reference_settings
 from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.concurrency import concurrency_summary
@@ -37,7 +38,6 @@ from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import summary_table, table_console
 from runners.runfolder import announce_resume, plan, record_until_stopped
-from runners.server_setup import reference_settings
 from runners.summary import summarize
 from runners.tracking import finish_or_report, make_tracker
 from runners.workload import Workload
@@ -138,7 +138,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         comparison.skip = {(o.instance_id, o.repeat) for o in outcomes}
         folder.claim(cfg, outcomes)  # from here on the run folder is this run's
         torch_device = models.target.device
-        if torch_device.type != "cuda" and models.target.model is not None:  # served: server_setup's note
+        if torch_device.type != "cuda" and models.target.model is not None:  # served: llama_server_setup's note
             console.print(
                 f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
                 f"sets only the VRAM ceiling ({cfg.hardware.vram_gib:g} GiB) checked against the memory estimate."

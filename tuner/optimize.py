@@ -112,7 +112,7 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
         + (f"; retrying trial(s) {killed} of a killed process" if killed else "")
         + ("; recording reused from baseline.json" if record is not None else "")
     )
-    if w.models.target.device.type != "cuda" and setup.server is None:  # a server's build: server_setup's note
+    if w.models.target.device.type != "cuda" and setup.server is None:  # a server's build: llama_server_setup's note
         console.print(
             f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={setup.names['hardware']} "
             f"sets only the VRAM ceiling ({setup.names['vram_gib']} GiB) checked against the memory model."

@@ -269,7 +269,8 @@ def server_capabilities(cfg: DictConfig, backend: str) -> Capabilities | None:
     """The kinds of the llama-server a llama-server study runs (probed, printed in one line); None on other backends.
 
     The space then offers only drafters whose exported --spec-type that binary has (a user's own build may
-    lack some). A missing binary is the runner's one-line input error (runners.server_setup), only earlier.
+    lack some). A missing binary is the runner's one-line input error (runners.backends.llama_server_setup), only
+    earlier.
     """
     if backend_class(backend).export_target != llama_exporter.TARGET:
         return None

@@ -12,7 +12,8 @@ from typing import Any
 from engine.engine import EngineConfig
 from runners.backends.base import Backend
 from runners.backends.builtin import EngineBackend
-from runners.backends.llama_server import ServerBackend, ServerSettings, context_of
+from runners.backends.llama_server import ServerBackend
+from runners.backends.llama_server_setup import ServerSettings, context_of
 
 # engine.backend -> its class; the only list of backend names (runners.config checks engine.backend here).
 BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (EngineBackend, ServerBackend)}

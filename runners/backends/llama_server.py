@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,8 +20,8 @@ from agents.model import AgentModel
 from agents.server_model import ServerModel
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
-from engine.kv import position_limit
 from export import llama_server as exporter
+from runners.backends.llama_server_setup import ServerSettings, server_settings
 from serving import llama_capabilities
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
@@ -40,24 +39,6 @@ _NEEDED_FILES = (
     ("eagle3", "eagle3_gguf", "an EAGLE-3 head (model.eagle3) on the llama-server backend too"),
     ("server_draft", "dflash_gguf", "a DFlash draft GGUF: server.dflash_gguf=PATH (spectune trains none)"),
 )
-
-
-@dataclass
-class ServerSettings:
-    """Where the llama-server backend finds its binary and weights, and how it runs them."""
-
-    binary: LlamaBinary  # the located llama-server (serving.llama_binary.find_llama_server)
-    target_gguf: Path  # the target's weights as GGUF (serving.gguf)
-    draft_gguf: Path | None  # the draft's, for drafter=draft_model
-    context: int  # -c: tokens of context the server allocates
-    threads: int | None = None  # -t; None: llama.cpp's default
-    log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
-    start_timeout_s: float = 120.0  # how long a server may take to answer /health
-    mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
-    eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
-    dflash_gguf: Path | None = None  # a DFlash / DSpark draft GGUF the user brings (server.dflash_gguf)
-    cache_type_k: str = "f16"  # -ctk: KV cache K type (llama-server's default f16)
-    cache_type_v: str = "f16"  # -ctv
 
 
 class ServerBackend:
@@ -110,10 +91,7 @@ class ServerBackend:
     def settings_from(
         cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
     ) -> ServerSettings:
-        """The binary found and the weights as GGUF, from cfg.server (runners.server_setup)."""
-        # Imported here: runners.server_setup imports ServerSettings from this package.
-        from runners.server_setup import server_settings
-
+        """The binary found and the weights as GGUF, from cfg.server (llama_server_setup.py)."""
         return server_settings(cfg, models, log_dir, draft=draft, mtp=mtp, eagle3=eagle3)
 
     @classmethod
@@ -143,7 +121,7 @@ class ServerBackend:
     ) -> ServerBackend:
         """A backend whose server starts on first use; ValueError without settings or for a config it cannot run."""
         if server is None:
-            raise ValueError(f"engine.backend={cls.name} needs the server settings (runners.server_setup)")
+            raise ValueError(f"engine.backend={cls.name} needs the server settings (llama_server_setup.py)")
         return cls(config, server, frozenset(models.target.eos_token_ids), concurrency)
 
     @classmethod
@@ -238,15 +216,3 @@ class ServerBackend:
             "threads": s.threads,
             "args": list(self.args),
         }
-
-
-def context_of(models_target: Any, requested: int | None) -> int:
-    """The server's -c: `requested`, else the target's trained context (4096 when it states none).
-
-    A served target (runners.models.ServedModel) states it without weights: config.json or the GGUF's metadata.
-    """
-    if requested:
-        return int(requested)
-    if models_target.model is None:
-        return models_target.context_length or 4096
-    return position_limit(models_target.model) or 4096

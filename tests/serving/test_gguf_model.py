@@ -176,8 +176,8 @@ def test_a_gguf_of_another_vocabulary_is_refused_naming_the_field(binary, alone,
 
 
 def test_a_separate_mtp_file_beside_another_target_file_is_refused(binary, alone, tmp_path):
+    from runners.backends.llama_server_setup import server_settings
     from runners.models import load_models
-    from runners.server_setup import server_settings
 
     cfg = _cfg(
         tmp_path, "model=spectune-tiny", f"server.target_gguf={alone['target']}", f"server.mtp_gguf={alone['mtp']}"

@@ -1,7 +1,9 @@
-"""The llama-server settings of a run from its config: the binary found, the weights as GGUF (converted once).
+"""The llama-server backend's own settings: `ServerSettings`, made from a run's config (the binary found, the
+weights as GGUF, converted once).
 
-Only `engine.backend=llama-server` needs them; the built-in engine gets None. Problems here are input
-problems (no binary, no converter, a GGUF path that is not there) and come back as one ValueError line.
+Only `engine.backend=llama-server` needs them (ServerBackend.settings_from); the built-in engine gets None.
+Problems here are input problems (no binary, no converter, a GGUF path that is not there) and come back as one
+ValueError line.
 
 The files a user brings are used as they are: the target GGUF (model.target=F.gguf or server.target_gguf),
 whose own MTP layers serve draft-mtp, and server.draft_gguf / eagle3_gguf / mtp_gguf. OFF and every ON run on
@@ -12,18 +14,48 @@ and the target (serving.gguf_checks): another model's file is one line naming th
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runners.backends import ServerSettings, context_of
+from engine.kv import position_limit
 from runners.models import Models, ServedModel
 from serving.eagle3_gguf import cached_eagle3_gguf
 from serving.gguf import cached_gguf
 from serving.gguf_checks import check_eagle3_head, check_mtp_layers, check_same_vocabulary, check_tokenizer
 from serving.gguf_file import read_gguf
-from serving.llama_binary import LlamaServerMissing, find_llama_server
+from serving.llama_binary import LlamaBinary, LlamaServerMissing, find_llama_server
 from serving.mtp_gguf import cached_mtp_gguf
+
+
+@dataclass
+class ServerSettings:
+    """Where the llama-server backend finds its binary and weights, and how it runs them."""
+
+    binary: LlamaBinary  # the located llama-server (serving.llama_binary.find_llama_server)
+    target_gguf: Path  # the target's weights as GGUF (serving.gguf)
+    draft_gguf: Path | None  # the draft's, for drafter=draft_model
+    context: int  # -c: tokens of context the server allocates
+    threads: int | None = None  # -t; None: llama.cpp's default
+    log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
+    start_timeout_s: float = 120.0  # how long a server may take to answer /health
+    mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
+    eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
+    dflash_gguf: Path | None = None  # a DFlash / DSpark draft GGUF the user brings (server.dflash_gguf)
+    cache_type_k: str = "f16"  # -ctk: KV cache K type (llama-server's default f16)
+    cache_type_v: str = "f16"  # -ctv
+
+
+def context_of(models_target: Any, requested: int | None) -> int:
+    """The server's -c: `requested`, else the target's trained context (4096 when it states none).
+
+    A served target (runners.models.ServedModel) states it without weights: config.json or the GGUF's metadata.
+    """
+    if requested:
+        return int(requested)
+    if models_target.model is None:
+        return models_target.context_length or 4096
+    return position_limit(models_target.model) or 4096
 
 
 def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Path | None:
