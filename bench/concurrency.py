@@ -13,6 +13,8 @@ median over repeats is shown with every repeat, and the crossover is the first l
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 import sys
 import time
@@ -63,6 +65,7 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     """Measure every (repeat, level, backend, method) wave pair; return the report."""
     import torch
 
+    from engine.drafters import Needs, resolve_drafter
     from runners.backends import backend_class
     from runners.compare import Baseline, Comparison
     from runners.config import baseline_config, check_config, engine_config
@@ -91,10 +94,10 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     models = load_models(m.target, m.draft, device=m.device or "auto", dtype=m.dtype, forward=m.forward, mtp=m.mtp)
     out = Path(setup.out)
     configs = {name: engine_config(_compose(setup, f"engine={name}").engine, 0) for name in setup.methods}
+    needs = functools.reduce(operator.or_, (resolve_drafter(c.drafter).needs for c in configs.values()), Needs())
     servers = {}
     for backend in setup.backends:
-        cls = backend_class(backend)
-        servers[backend] = cls.settings_from(base, models, out / "server-logs", draft=True, mtp=True, eagle3=True)
+        servers[backend] = backend_class(backend).settings_from(base, models, out / "server-logs", needs)
     # results[(backend, level, method)] -> per repeat: {"on": side summary, "off": side summary, "wave": ...}
     results: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     t_start = time.perf_counter()

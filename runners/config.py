@@ -16,8 +16,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from agents.loop import AgentConfig
 from engine.acceptance import ACCEPTANCE_RULES
-from engine.drafters import DRAFTERS, drafter_needs, is_known_drafter
-from engine.engine import EngineConfig
+from engine.drafters import DRAFTERS, DrafterSpec, is_known_drafter
+from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
 from runners.backends import backend_class
@@ -190,6 +190,12 @@ def baseline_config(candidate: EngineConfig) -> EngineConfig:
 
 def check_config(cfg: Any) -> EngineConfig:
     """Validate closed choices and ranges without loading anything; returns the candidate EngineConfig."""
+    return check_candidate(cfg)[0]
+
+
+def check_candidate(cfg: Any) -> tuple[EngineConfig, DrafterSpec]:
+    """`check_config`, returning also the candidate's drafter, resolved once: its `Needs` say which heads and
+    files the run loads (runners.models.load_for, Backend.settings_from)."""
     model = cfg.model
     if (isinstance(model, DictConfig) and OmegaConf.is_missing(model, "target")) or not model.target:
         raise ValueError(
@@ -227,10 +233,8 @@ def check_config(cfg: Any) -> EngineConfig:
         raise ValueError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
     agent_config(cfg.agent)  # AgentConfig's own range checks
     candidate = engine_config(cfg.engine, cfg.run.seed)
-    from engine.engine import Engine
-
-    Engine.validate(candidate)  # option names and values, with the allowed ones in the message
-    needs = drafter_needs(candidate.drafter)
+    drafter, _ = Engine.validate(candidate)  # option names and values, with the allowed ones in the message
+    needs = drafter.needs
     heads = available_heads(cfg) if needs.eagle3 or needs.mtp else None  # a GGUF target's metadata is read
     if needs.eagle3 and not (heads and heads.eagle3):
         raise ValueError(
@@ -244,7 +248,7 @@ def check_config(cfg: Any) -> EngineConfig:
             "(pass model.mtp=DIR; python -m training.mtp --target DIR --out DIR trains one; on "
             "engine.backend=llama-server a target GGUF with MTP layers, or server.mtp_gguf=FILE)"
         )
-    return candidate
+    return candidate, drafter
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from engine.drafters import drafter_needs
+from engine.drafters import resolve_drafter
 from engine.engine import EngineConfig
 from runners.backends import ServerSettings
 from serving.gguf_checks import check_same_vocabulary
@@ -102,7 +102,7 @@ def of_trial(attrs: dict[str, Any]) -> ServerChoice | None:
 def settings_for(server: ServerSettings, choice: ServerChoice, config: EngineConfig) -> ServerSettings:
     """ON's server settings for `choice`: its file (serving draft-mtp from its own MTP layers) and KV type."""
     path = Path(choice.target)
-    native = drafter_needs(config.drafter).mtp and read_gguf(path).nextn_layers > 0
+    native = resolve_drafter(config.drafter).needs.mtp and read_gguf(path).nextn_layers > 0
     return replace(
         server,
         target_gguf=path,

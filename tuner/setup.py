@@ -15,13 +15,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
 from export import llama_server as llama_exporter
 from export.fit import server_names
 from runners.backends import ServerSettings, backend_class
 from runners.config import available_heads, check_config
-from runners.models import load_models
+from runners.models import load_for
 from runners.workload import Workload
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.llama_capabilities import Capabilities, probe
@@ -310,27 +309,19 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     study_dir = Path(cfg.run.root) / cfg.study.name
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
-    needs = [drafter_needs(name) for name in space.drafters]
-    draft = cfg.model.draft if any(n.draft_model for n in needs) else None
+    # What the offered drafters need together (load_space left out those whose heads are missing): the heads
+    # loaded once here and the files the backend converts once.
+    needs = space.needs
     backend = backend_class(base.backend)
-    models = load_models(
-        cfg.model.target,
-        draft,
+    models = load_for(
+        cfg.model,
+        needs,
         device=cfg.model.device or cfg.hardware.device,
-        dtype=cfg.model.dtype,
-        forward=cfg.model.forward,
-        mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
-        eagle3=cfg.model.get("eagle3") if any(n.eagle3 for n in needs) else None,
         weights=backend.decodes_in_process,  # a server decodes: no weights in this process
         server_binary=cfg.server.binary,
         log_dir=study_dir / "server-logs",
     )
-    wants_draft = any(n.draft_model for n in needs) and heads.draft
-    wants_mtp = any(n.mtp for n in needs) and heads.mtp
-    wants_eagle3 = any(n.eagle3 for n in needs) and heads.eagle3
-    server = backend.settings_from(
-        cfg, models, study_dir / "server-logs", draft=wants_draft, mtp=wants_mtp, eagle3=wants_eagle3
-    )
+    server = backend.settings_from(cfg, models, study_dir / "server-logs", needs)
     workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
     fingerprint: dict[str, Any] = {
         "tasks": [i.instance_id for i in instances],
@@ -345,7 +336,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     choices = server_choice.study_choices(list(cfg.tuner.targets), list(cfg.tuner.cache_types), server)
     if choices.any:  # other files or KV types are other trials: another study
         fingerprint["choices"] = {"targets": list(choices.targets), "cache_types": list(choices.cache_types)}
-    if any(n.server_draft for n in needs) and server is not None and server.dflash_gguf:
+    if needs.server_draft and server is not None and server.dflash_gguf:
         fingerprint["dflash_gguf"] = str(server.dflash_gguf)  # another draft is another study
     t, s, tr = cfg.tuner, cfg.study, cfg.tracking
     return TuneSetup(

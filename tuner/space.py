@@ -25,10 +25,11 @@ from engine.acceptance import ACCEPTANCE_RULES, acceptance_options_class
 from engine.drafters import (
     COMBINED_EXAMPLES,
     DRAFTERS,
+    DrafterSpec,
+    Needs,
     build_drafter_options,
-    drafter_needs,
     drafter_option_keys,
-    is_known_drafter,
+    resolve_drafter,
 )
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
@@ -40,7 +41,7 @@ from serving.llama_capabilities import lacks_reason
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
 # Drafters whose proposals come from a model; only they (or a combination with one) may use `confidence`.
-MODEL_DRAFTERS = frozenset(name for name in DRAFTERS if drafter_needs(name).distribution)
+MODEL_DRAFTERS = frozenset(name for name in DRAFTERS if resolve_drafter(name).needs.distribution)
 BASELINE = "none"  # speculation OFF is the study's trial 0, never a candidate
 
 
@@ -76,6 +77,8 @@ class Space:
     acceptance: dict[str, dict[str, Knob]] = field(default_factory=dict)
     allow_lossy: bool = False
     left_out: dict[str, str] = field(default_factory=dict)  # drafter -> why it is not offered
+    # what the offered drafters need together (their union): the heads a study loads and converts once
+    needs: Needs = field(default_factory=Needs)
 
     @property
     def params(self) -> list[str]:
@@ -109,7 +112,8 @@ def _values(knob: Knob) -> list[Any]:
     return [knob.fixed] if knob.low is None else [knob.low, knob.high]
 
 
-def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
+def _check_drafter(drafter: DrafterSpec, knobs: dict[str, Knob]) -> None:
+    name = drafter.name
     allowed = [*ENGINE_KNOBS, *drafter_option_keys(name)]
     unknown = sorted(set(knobs) - set(allowed))
     if unknown:
@@ -118,7 +122,7 @@ def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
         for policy in _values(knobs["gamma_policy"]):
             if policy not in GAMMA_POLICIES:
                 raise ValueError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
-            if policy == "confidence" and not drafter_needs(name).distribution:
+            if policy == "confidence" and not drafter.needs.distribution:
                 raise ValueError(
                     f"space drafters.{name}.gamma_policy: 'confidence' needs a model drafter "
                     f"({sorted(MODEL_DRAFTERS)}), not {name!r}"
@@ -126,12 +130,12 @@ def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
 
 
 def _missing(
-    name: str, *, has_draft: bool, has_mtp: bool, has_eagle3: bool, has_server_draft: bool, backend: type
+    drafter: DrafterSpec, *, has_draft: bool, has_mtp: bool, has_eagle3: bool, has_server_draft: bool, backend: type
 ) -> str | None:
-    """Why drafter `name` cannot run with this model config and backend (None: it can)."""
-    needs = drafter_needs(name)
+    """Why `drafter` cannot run with this model config and backend (None: it can)."""
+    needs = drafter.needs
     if needs.server_draft:
-        refused = backend.not_runnable(EngineConfig(drafter=name))  # the built-in engine has no DFlash forward
+        refused = backend.not_runnable(EngineConfig(drafter=drafter.name))  # the built-in engine has no DFlash forward
         if refused:
             return refused
         if not has_server_draft:
@@ -204,15 +208,18 @@ def load_space(
     candidates = [*sorted(set(DRAFTERS) - {BASELINE}), f"A+B of them (e.g. {', '.join(COMBINED_EXAMPLES)})"]
     drafters: dict[str, dict[str, Knob]] = {}
     left_out: dict[str, str] = {}
+    needs = Needs()
     for name, knobs_node in drafters_node.items():
         if name == BASELINE:
             raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
-        if not is_known_drafter(name):
-            raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
+        try:
+            drafter = resolve_drafter(name)
+        except ValueError:
+            raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}") from None
         knobs = drafter_knobs(name, knobs_node)
-        _check_drafter(name, knobs)
+        _check_drafter(drafter, knobs)
         why = _missing(
-            name,
+            drafter,
             has_draft=has_draft,
             has_mtp=has_mtp,
             has_eagle3=has_eagle3,
@@ -234,6 +241,7 @@ def load_space(
             left_out[name] = why
             continue
         drafters[name] = knobs
+        needs = needs | drafter.needs
     if not drafters:
         why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "drafters is empty"
         raise ValueError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
@@ -258,7 +266,9 @@ def load_space(
         if unknown:
             raise ValueError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
         acceptance[rule] = knobs
-    return Space(str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out)
+    return Space(
+        str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out, needs=needs
+    )
 
 
 def _not_served(drafter: str, servers: tuple[str, ...]) -> str | None:

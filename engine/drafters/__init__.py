@@ -4,11 +4,13 @@ A name is one registered drafter (`ngram`) or several joined by `+` (`mtp+ngram`
 engine/drafters/combined.py). Options are `KEY=VALUE` pairs: a plain key (`min_match=3`) goes to the
 drafter that declares it, a namespaced key (`ngram.min_match=3`) to the named child; in a combination a
 plain key that several children declare is ambiguous and must be namespaced. Every lookup fails loudly
-on an unknown name or key, listing the valid ones.
+on an unknown name or key, listing the valid ones. A name is resolved once, where it enters, into a
+`DrafterSpec` (`resolve_drafter`): its parts, class, options and `Needs`, which callers pass on.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.drafters.base import Draft, DraftContext, Drafter, DrafterResources, Needs, Verified
@@ -68,12 +70,6 @@ def is_known_drafter(name: str) -> bool:
     return True
 
 
-def drafter_options_class(name: str) -> type:
-    """The options dataclass of a single drafter (CombinedOptions for A+B), failing loudly on an unknown name."""
-    parts = drafter_parts(name)
-    return DRAFTERS[parts[0]][1] if len(parts) == 1 else CombinedOptions
-
-
 def drafter_option_keys(name: str) -> list[str]:
     """Every option key `name` accepts: plain keys and child-namespaced ones (`ngram.min_match`)."""
     parts = drafter_parts(name)
@@ -82,17 +78,6 @@ def drafter_option_keys(name: str) -> list[str]:
     plain = [k for p in parts for k in option_names(DRAFTERS[p][1])]
     unique = [k for k in dict.fromkeys(plain) if plain.count(k) == 1]
     return [*own, *unique, *keys]
-
-
-def drafter_takes(name: str, key: str) -> bool:
-    """True when `key` is an option of drafter `name` (plain or namespaced)."""
-    parts = drafter_parts(name)
-    child, dot, rest = key.partition(".")
-    if dot:
-        return child in parts and rest in option_names(DRAFTERS[child][1])
-    if len(parts) > 1 and key in COMBINED_KEYS:
-        return True
-    return any(key in option_names(DRAFTERS[p][1]) for p in parts)
 
 
 def build_drafter_options(name: str, values: dict[str, Any]) -> Any:
@@ -123,44 +108,74 @@ def build_drafter_options(name: str, values: dict[str, Any]) -> Any:
     return build_options(CombinedOptions, own, f"drafter {name!r}").with_children(children)
 
 
-def _class_and_options(name: str, options: Any) -> tuple[type, Any]:
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A drafter name resolved once: its parts, its class, its options and what it needs (`resolve_drafter`).
+
+    Made where a name enters (a run's config, a search space, an `EngineConfig` the engine validates) and
+    passed on, so nothing downstream parses the name again.
+    """
+
+    name: str  # as given: one registered drafter, or A+B
+    parts: tuple[str, ...]  # the registered drafters it stands for (one, or the combination's children)
+    cls: type  # the drafter class (CombinedDrafter for A+B)
+    options: Any  # its options object, defaults filled
+    needs: Needs  # what it needs from the engine (a combination: the union of its children's)
+
+    @property
+    def refusal(self) -> str:
+        """Why spectune's engine cannot run it (one of its parts runs on llama-server only), else ""."""
+        for part in self.parts:
+            cls = DRAFTERS[part][0]
+            if issubclass(cls, ServerOnlyDrafter):
+                return refusal(part, cls.kind)
+        return ""
+
+    def takes(self, key: str) -> bool:
+        """True when `key` is one of its options (plain or namespaced)."""
+        child, dot, rest = key.partition(".")
+        if dot:
+            return child in self.parts and rest in option_names(DRAFTERS[child][1])
+        if len(self.parts) > 1 and key in COMBINED_KEYS:
+            return True
+        return any(key in option_names(DRAFTERS[p][1]) for p in self.parts)
+
+    def with_values(self, values: dict[str, Any]) -> DrafterSpec:
+        """The same drafter with its options built from KEY -> value pairs (strings converted; unknown keys fail)."""
+        options = build_drafter_options(self.name, values)
+        return replace(self, options=options, needs=self.cls.needs_for(options))
+
+    def shared_state(self) -> Any:
+        """The engine-wide state it keeps across sessions (None: none); it has a reset() method."""
+        return self.cls.shared_state(self.options)
+
+    def state_bytes_per_token(self, target: Any, dtype: str) -> float:
+        """Bytes per context position of its own state (MTP block KV, layer-skip KV; 0 for lookups)."""
+        return float(self.cls.state_bytes_per_token(self.options, target, dtype))
+
+    def make(self, resources: DrafterResources) -> Drafter:
+        """A new per-session drafter instance."""
+        return self.cls(self.options, resources)
+
+
+def drafter_needs(name: str) -> Needs:
+    """What drafter `name` needs with its default options: `resolve_drafter(name).needs`.
+
+    Kept for callers that hold only a name and ask nothing else of it; a caller that asks more, or passes the
+    answer on, resolves the name once with `resolve_drafter` and keeps the spec.
+    """
+    return resolve_drafter(name).needs
+
+
+def resolve_drafter(name: str, values: dict[str, Any] | None = None) -> DrafterSpec:
+    """Drafter `name` with options from `values` (default options when None), resolved once.
+
+    Fails loudly on an unknown name or option, listing the valid ones.
+    """
     parts = drafter_parts(name)
-    if len(parts) > 1:
-        return CombinedDrafter, options if options is not None else build_drafter_options(name, {})
-    return DRAFTERS[parts[0]][0], options
-
-
-def drafter_needs(name: str, options: Any = None) -> Needs:
-    """What drafter `name` with `options` needs from the engine (a combination: the union of its children's)."""
-    cls, options = _class_and_options(name, options)
-    return cls.needs_for(options)
-
-
-def server_only_refusal(name: str) -> str:
-    """Why spectune's engine cannot run drafter `name` (one of its parts runs on llama-server only), else ""."""
-    for part in drafter_parts(name):
-        cls = DRAFTERS[part][0]
-        if issubclass(cls, ServerOnlyDrafter):
-            return refusal(part, cls.kind)
-    return ""
-
-
-def drafter_shared_state(name: str, options: Any = None) -> Any:
-    """The engine-wide state drafter `name` keeps across sessions (None: none); it has a reset() method."""
-    cls, options = _class_and_options(name, options)
-    return cls.shared_state(options)
-
-
-def drafter_state_bytes_per_token(name: str, options: Any, target: Any, dtype: str) -> float:
-    """Bytes per context position of drafter `name`'s own state (MTP block KV, layer-skip KV; 0 for lookups)."""
-    cls, options = _class_and_options(name, options)
-    return float(cls.state_bytes_per_token(options, target, dtype))
-
-
-def make_drafter(name: str, options: object | None, resources: DrafterResources) -> Drafter:
-    """A new per-session drafter instance."""
-    cls, options = _class_and_options(name, options)
-    return cls(options, resources)
+    options = build_drafter_options(name, values or {})
+    cls = CombinedDrafter if len(parts) > 1 else DRAFTERS[parts[0]][0]
+    return DrafterSpec(name, tuple(parts), cls, options, cls.needs_for(options))
 
 
 __all__ = [
@@ -169,17 +184,13 @@ __all__ = [
     "DraftContext",
     "Drafter",
     "DrafterResources",
+    "DrafterSpec",
     "Needs",
     "Verified",
     "build_drafter_options",
     "drafter_needs",
     "drafter_option_keys",
-    "drafter_options_class",
     "drafter_parts",
-    "drafter_shared_state",
-    "drafter_state_bytes_per_token",
-    "drafter_takes",
     "is_known_drafter",
-    "make_drafter",
-    "server_only_refusal",
+    "resolve_drafter",
 ]

@@ -38,13 +38,12 @@ def backend_class(name: str) -> type[Backend]:
         raise ValueError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
 
 
-def make_backend(
-    config: EngineConfig, models: Any, server: ServerSettings | None = None, concurrency: int = 1
-) -> Backend:
-    """The backend `config.backend` names, on the loaded `models` (runners.models.Models), for `concurrency` agents.
+def make_backend(config: EngineConfig, models: Any, settings: Any | None = None, concurrency: int = 1) -> Backend:
+    """The backend `config.backend` names, on the loaded `models` (runners.models.Models) and its own `settings`
+    (Backend.settings_from), for `concurrency` agents.
 
     ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
     """
     if concurrency < 1:
         raise ValueError(f"run.concurrency must be >= 1, got {concurrency}")
-    return backend_class(config.backend).create(config, models, server, concurrency)
+    return backend_class(config.backend).create(config, models, settings, concurrency)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from agents.model import AgentModel
 from agents.server_model import ServerModel
-from engine.drafters import drafter_needs
+from engine.drafters import Needs, resolve_drafter
 from engine.engine import EngineConfig
 from export import llama_server as exporter
 from runners.backends.llama_server_setup import ServerSettings, server_settings
@@ -59,7 +59,8 @@ class ServerBackend:
         reason = self.not_runnable(config)
         if reason:
             raise ValueError(f"llama-server cannot run this configuration: {reason}")
-        needs = drafter_needs(config.drafter)  # a combination needs what its model child needs
+        # resolved once: a combination needs what its model child needs
+        self.needs = needs = resolve_drafter(config.drafter).needs
         for need, file, what in _NEEDED_FILES:
             if getattr(needs, need) and getattr(settings, file) is None:
                 raise ValueError(f"drafter {config.drafter!r} needs {what}")
@@ -88,11 +89,9 @@ class ServerBackend:
         self._start_lock = threading.Lock()  # agents' threads may ask for the server at the same moment
 
     @classmethod
-    def settings_from(
-        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
-    ) -> ServerSettings:
-        """The binary found and the weights as GGUF, from cfg.server (llama_server_setup.py)."""
-        return server_settings(cfg, models, log_dir, draft=draft, mtp=mtp, eagle3=eagle3)
+    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, needs: Needs) -> ServerSettings:
+        """The binary found and the weights `needs` asks for as GGUF, from cfg.server (llama_server_setup.py)."""
+        return server_settings(cfg, models, log_dir, needs)
 
     @classmethod
     def not_runnable(cls, config: EngineConfig) -> str | None:
@@ -117,12 +116,12 @@ class ServerBackend:
 
     @classmethod
     def create(
-        cls, config: EngineConfig, models: Any, server: ServerSettings | None, concurrency: int = 1
+        cls, config: EngineConfig, models: Any, settings: ServerSettings | None, concurrency: int = 1
     ) -> ServerBackend:
         """A backend whose server starts on first use; ValueError without settings or for a config it cannot run."""
-        if server is None:
+        if settings is None:
             raise ValueError(f"engine.backend={cls.name} needs the server settings (llama_server_setup.py)")
-        return cls(config, server, frozenset(models.target.eos_token_ids), concurrency)
+        return cls(config, settings, frozenset(models.target.eos_token_ids), concurrency)
 
     @classmethod
     def announce(cls, described: dict[str, Any]) -> str | None:
@@ -132,7 +131,7 @@ class ServerBackend:
     @property
     def model_file(self) -> Path:
         """The GGUF the server loads: the target's, or for mtp (alone or combined) the mimo2 one holding the module."""
-        if drafter_needs(self.config.drafter).mtp:
+        if self.needs.mtp:
             return self.settings.mtp_gguf  # type: ignore[return-value]  # checked in __init__
         return self.settings.target_gguf
 
@@ -202,8 +201,7 @@ class ServerBackend:
 
     def describe(self) -> dict[str, Any]:
         """The binary, the GGUF files and the flags this side's server runs with."""
-        s = self.settings
-        needs = drafter_needs(self.config.drafter)
+        s, needs = self.settings, self.needs
         return {
             "backend": self.name,
             "binary": s.binary.describe(),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.drafters import Needs
 from engine.kv import position_limit
 from runners.models import Models, ServedModel
 from serving.eagle3_gguf import cached_eagle3_gguf
@@ -130,16 +131,12 @@ def _check_files(settings: ServerSettings, models: Models, mtp_wanted: bool) -> 
         check_eagle3_head(target, read_gguf(settings.eagle3_gguf), "server.eagle3_gguf")
 
 
-def server_settings(
-    cfg: Any,
-    models: Models,
-    log_dir: Path | None = None,
-    *,
-    draft: bool = True,
-    mtp: bool = False,
-    eagle3: bool = False,
-) -> ServerSettings:
-    """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders)."""
+def server_settings(cfg: Any, models: Models, log_dir: Path | None, needs: Needs) -> ServerSettings:
+    """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders).
+
+    Only the files drafters with `needs` use are found or converted: the draft's GGUF, the MTP file, the
+    EAGLE-3 head's GGUF (a DFlash draft the user brings is checked whenever it is set).
+    """
     server = cfg.server
     try:
         binary = find_llama_server(server.binary)
@@ -156,15 +153,17 @@ def server_settings(
     target = _gguf(given, None if given else models.target_path, server.gguf_type, "target")
     assert target is not None  # a target file is given, or the folder is converted
     mtp_file = None
-    if mtp:
+    if needs.mtp:
         native = server.mtp_gguf is None and read_gguf(target).nextn_layers > 0
         mtp_file = target if native else _head_gguf("mtp", server.mtp_gguf, models, server.gguf_type)
     settings = ServerSettings(
         binary=binary,
         target_gguf=_one_target(target, mtp_file, explicit_target=bool(given)),
-        draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
+        draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft")
+        if needs.draft_model
+        else None,
         mtp_gguf=mtp_file,
-        eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
+        eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if needs.eagle3 else None,
         # a file the user brings, used as is (nothing to convert): checked whenever it is set
         dflash_gguf=_gguf(server.get("dflash_gguf"), None, server.gguf_type, "dflash"),
         context=context_of(models.target, server.context),
@@ -174,7 +173,7 @@ def server_settings(
         log_dir=log_dir,
         start_timeout_s=server.start_timeout_s,
     )
-    _check_files(settings, models, mtp)
+    _check_files(settings, models, needs.mtp)
     return settings
 
 
