@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
 from engine.batch import decode_together
 from engine.decode import Decoding, GenerationResult, Runtime, decode
@@ -70,7 +71,7 @@ class Engine:
         self.drafter_spec, self.acceptance = self.validate(config)
         self.needs: Needs = self.drafter_spec.needs
         if self.needs.server_draft:
-            raise ValueError(self.drafter_spec.refusal)
+            raise UnsupportedConfig(self.drafter_spec.refusal)
         # Only what the drafter uses is kept, so weight_bytes and the memory model count exactly that.
         self.draft = draft if self.needs.draft_model else None
         self.mtp = mtp if self.needs.mtp else None
@@ -78,19 +79,19 @@ class Engine:
         self.params = SamplingParams(config.temperature, config.top_k, config.top_p)
         if self.needs.draft_model:
             if draft is None:
-                raise ValueError(f"drafter {config.drafter!r} needs a draft model (--draft DIR)")
+                raise UnsupportedConfig(f"drafter {config.drafter!r} needs a draft model (--draft DIR)")
             if target.tokenizer is not None and draft.tokenizer is not None:
                 check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
         if self.needs.mtp:
             if mtp is None:
-                raise ValueError(
+                raise UnsupportedConfig(
                     f"drafter {config.drafter!r} needs MTP weights (--mtp DIR / model.mtp; "
                     "train them: python -m training.mtp)"
                 )
             check_target(mtp.config, target.model)
         if self.needs.eagle3:
             if eagle3 is None:
-                raise ValueError(
+                raise UnsupportedConfig(
                     f"drafter {config.drafter!r} needs an EAGLE-3 head (--eagle3 DIR / model.eagle3; "
                     "train one: python -m training.eagle3)"
                 )
@@ -132,7 +133,7 @@ class Engine:
             to_rule = not dot and key in rule_keys
             to_drafter = drafter.takes(key)
             if not (to_rule or to_drafter):
-                raise ValueError(
+                raise ConfigError(
                     f"unknown option {key!r}; allowed options: drafter {config.drafter!r}: "
                     f"{drafter_option_keys(config.drafter)}, acceptance {config.acceptance!r}: {rule_keys}"
                 )
@@ -148,7 +149,7 @@ class Engine:
         SamplingParams(config.temperature, config.top_k, config.top_p)  # validates ranges
         GammaPolicy(config.gamma_policy, config.gamma, config.max_gamma, config.confidence)  # validates
         if config.gamma_policy == "confidence" and not drafter.needs.distribution:
-            raise ValueError(
+            raise ConfigError(
                 "gamma policy 'confidence' needs a model drafter (draft_model, mtp, eagle3, layer_skip or a "
                 f"combination with one), not {config.drafter!r}"
             )

@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from common.errors import ConfigError
 from engine.acceptance import ACCEPTANCE_RULES, acceptance_options_class
 from engine.drafters import (
     COMBINED_EXAMPLES,
@@ -214,7 +215,7 @@ def load_space(
             raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
         try:
             drafter = resolve_drafter(name)
-        except ValueError:
+        except ConfigError:
             raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}") from None
         knobs = drafter_knobs(name, knobs_node)
         _check_drafter(drafter, knobs)

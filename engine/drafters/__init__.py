@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, Drafter, DrafterResources, Needs, Verified
 from engine.drafters.combined import COMBINED_KEYS, CombinedDrafter, CombinedOptions
 from engine.drafters.draft_model import DraftModelDrafter, DraftModelOptions
@@ -52,12 +53,12 @@ def drafter_parts(name: str) -> list[str]:
     for part in parts:
         if part not in DRAFTERS:
             combos = ", ".join(COMBINED_EXAMPLES)
-            raise ValueError(f"unknown drafter {part!r}; allowed: {sorted(DRAFTERS)} or A+B of them (e.g. {combos})")
+            raise ConfigError(f"unknown drafter {part!r}; allowed: {sorted(DRAFTERS)} or A+B of them (e.g. {combos})")
     if len(parts) > 1:
         if "none" in parts:
-            raise ValueError(f"drafter {name!r}: 'none' cannot be combined")
+            raise ConfigError(f"drafter {name!r}: 'none' cannot be combined")
         if len(set(parts)) != len(parts):
-            raise ValueError(f"drafter {name!r} names a drafter twice")
+            raise ConfigError(f"drafter {name!r} names a drafter twice")
     return parts
 
 
@@ -65,7 +66,7 @@ def is_known_drafter(name: str) -> bool:
     """True when `name` is a registered drafter or a valid combination of them."""
     try:
         drafter_parts(name)
-    except ValueError:
+    except ConfigError:
         return False
     return True
 
@@ -89,18 +90,18 @@ def build_drafter_options(name: str, values: dict[str, Any]) -> Any:
         child, dot, rest = key.partition(".")
         if dot:
             if child not in parts:
-                raise ValueError(f"option {key!r}: {child!r} is not part of drafter {name!r} ({', '.join(parts)})")
+                raise ConfigError(f"option {key!r}: {child!r} is not part of drafter {name!r} ({', '.join(parts)})")
             routed[child][rest] = value
         elif len(parts) > 1 and key in COMBINED_KEYS:
             own[key] = value
         else:
             takers = [p for p in parts if key in option_names(DRAFTERS[p][1])]
             if len(takers) > 1:
-                raise ValueError(
+                raise ConfigError(
                     f"option {key!r} is ambiguous in {name!r}: say {' or '.join(f'{t}.{key}' for t in takers)}"
                 )
             if not takers:
-                raise ValueError(f"unknown option {key!r} for drafter {name!r}; allowed: {drafter_option_keys(name)}")
+                raise ConfigError(f"unknown option {key!r} for drafter {name!r}; allowed: {drafter_option_keys(name)}")
             routed[takers[0]][key] = value
     children = {p: build_options(DRAFTERS[p][1], routed[p], f"drafter {p!r}") for p in parts}
     if len(parts) == 1:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
 
 POLICIES = ("first", "extend")
@@ -38,7 +39,7 @@ class CombinedOptions:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"unknown combined policy {self.policy!r}; allowed: {list(POLICIES)}")
+            raise ConfigError(f"unknown combined policy {self.policy!r}; allowed: {list(POLICIES)}")
 
     def with_children(self, children: dict[str, Any]) -> CombinedOptions:
         """These options with the children's options set."""
