@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from common.build_once import build_once
 from common.cache import cache_root
+from common.errors import ConfigError
 from engine.drafters import Needs
 from engine.eagle3 import Eagle3Module, load_eagle3
 from engine.loading import LoadedModel, ModelFileError, load_model, local_folder
@@ -105,7 +106,7 @@ def load_served(target: str, *, server_binary: str | None = None, log_dir: Path 
         return ServedModel(tokenizer, str(info.path), set(info.end_ids), info.context_length or None, info.path)
     folder = local_folder(target)
     if folder is None:
-        raise ValueError(
+        raise ConfigError(
             f"model.target={target!r}: a served run needs a GGUF file or a local model folder, not a hub id"
         )
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.errors import ConfigError
 from engine.engine import EngineConfig
 from runners.backends.base import Backend
 from runners.backends.builtin import EngineBackend
@@ -35,7 +36,7 @@ def backend_class(name: str) -> type[Backend]:
     try:
         return BACKENDS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
+        raise ConfigError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
 
 
 def make_backend(config: EngineConfig, models: Any, settings: Any | None = None, concurrency: int = 1) -> Backend:
@@ -45,5 +46,5 @@ def make_backend(config: EngineConfig, models: Any, settings: Any | None = None,
     ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
     """
     if concurrency < 1:
-        raise ValueError(f"run.concurrency must be >= 1, got {concurrency}")
+        raise ConfigError(f"run.concurrency must be >= 1, got {concurrency}")
     return backend_class(config.backend).create(config, models, settings, concurrency)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from agents.model import AgentModel
 from agents.server_model import ServerModel
+from common.errors import UnsupportedConfig
 from engine.drafters import Needs, resolve_drafter
 from engine.engine import EngineConfig
 from export import llama_server as exporter
@@ -58,12 +59,12 @@ class ServerBackend:
     ) -> None:
         reason = self.not_runnable(config)
         if reason:
-            raise ValueError(f"llama-server cannot run this configuration: {reason}")
+            raise UnsupportedConfig(f"llama-server cannot run this configuration: {reason}")
         # resolved once: a combination needs what its model child needs
         self.needs = needs = resolve_drafter(config.drafter).needs
         for need, file, what in _NEEDED_FILES:
             if getattr(needs, need) and getattr(settings, file) is None:
-                raise ValueError(f"drafter {config.drafter!r} needs {what}")
+                raise UnsupportedConfig(f"drafter {config.drafter!r} needs {what}")
         flags, _ = exporter.speculation(
             config,
             str(settings.draft_gguf) if settings.draft_gguf else None,
@@ -72,7 +73,7 @@ class ServerBackend:
         )
         lacking = self.lacks(config, flags, settings.binary)
         if lacking:
-            raise ValueError(f"llama-server cannot run this configuration: {lacking}")
+            raise UnsupportedConfig(f"llama-server cannot run this configuration: {lacking}")
         self.config = config
         self.settings = settings
         self.stop_tokens = stop_tokens

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from engine.drafters import Needs
 from engine.kv import position_limit
 from runners.models import Models, ServedModel
@@ -63,14 +64,14 @@ def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Pat
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise ValueError(f"server.{role}_gguf={explicit}: no such file")
+            raise ConfigError(f"server.{role}_gguf={explicit}: no such file")
         return path
     if folder is None:
         return None
     try:
         return cached_gguf(folder, kind)
     except (FileNotFoundError, RuntimeError) as exc:
-        raise ValueError(f"cannot convert model.{role} to GGUF: {exc}") from None
+        raise ConfigError(f"cannot convert model.{role} to GGUF: {exc}") from None
 
 
 # Heads llama-server reads from a GGUF of their own making: (converter of (target, head, kind), what failed).
@@ -91,7 +92,7 @@ def _head_gguf(role: str, explicit: str | None, models: Models, kind: str) -> Pa
     try:
         return convert(models.target_path, head, kind)
     except (FileNotFoundError, RuntimeError, ValueError, KeyError) as exc:
-        raise ValueError(f"{what}: {exc}") from None
+        raise ConfigError(f"{what}: {exc}") from None
 
 
 def _target_file(server: Any, models: Models) -> str | None:
@@ -99,7 +100,7 @@ def _target_file(server: Any, models: Models) -> str | None:
     given = server.target_gguf
     own = models.target.gguf if isinstance(models.target, ServedModel) else None
     if own is not None and given and Path(given).expanduser().resolve() != own:
-        raise ValueError(
+        raise ConfigError(
             f"model.target={own} and server.target_gguf={given} name two files; the target is model.target: "
             "drop server.target_gguf"
         )
@@ -111,7 +112,7 @@ def _one_target(target: Path, mtp: Path | None, explicit_target: bool) -> Path:
     if mtp is None or mtp.resolve() == target.resolve():
         return target
     if explicit_target:
-        raise ValueError(
+        raise ConfigError(
             f"server.mtp_gguf={mtp} and the target {target} are two files: OFF would run on one and draft-mtp on "
             "the other. The MTP file holds the target's weights: pass it alone (model=gguf model.target=FILE)"
         )
@@ -141,7 +142,7 @@ def server_settings(cfg: Any, models: Models, log_dir: Path | None, needs: Needs
     try:
         binary = find_llama_server(server.binary)
     except LlamaServerMissing as exc:
-        raise ValueError(f"engine.backend=llama-server: {exc}") from None
+        raise ConfigError(f"engine.backend=llama-server: {exc}") from None
     if not binary.pinned:
         print(f"warning: {binary.describe()}; spectune's flags target the pinned release")
     if binary.backend == "cpu" and cfg.hardware.device != "cpu":
