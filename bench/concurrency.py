@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
+
 DEFAULT_METHODS = ("ngram", "suffix", "draft_model", "mtp")
 BACKENDS = ("builtin", "llama-server")
 
@@ -84,7 +86,7 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     allowed = sorted(p.stem for p in (Path(CONF_DIR) / "engine").glob("*.yaml") if p.stem != "none")
     unknown = [m for m in setup.methods if m not in allowed]
     if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; allowed (conf/engine): {', '.join(allowed)}")
+        raise ConfigError(f"unknown method(s) {', '.join(unknown)}; allowed (conf/engine): {', '.join(allowed)}")
     base = _compose(setup)
     check_config(base)
     torch.set_num_threads(setup.threads)

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial
 from rich.console import Console
 
+from common.errors import ConfigError
 from tuner import study as studies
 from tuner.baseline import BaselineRecord, load_baseline
 from tuner.objective import Objective
@@ -53,7 +54,7 @@ def check_same_study(study: optuna.Study, fingerprint: dict[str, Any], name: str
         return
     differs = sorted(k for k in set(fingerprint) | set(recorded) if recorded.get(k) != fingerprint.get(k))
     if differs:
-        raise ValueError(
+        raise ConfigError(
             f"study {name!r} was created with other {', '.join(differs)}; keep them or choose another study.name"
         )
 

@@ -93,15 +93,15 @@ class Space:
 def _knob(name: str, spec: Any, where: str) -> Knob:
     if isinstance(spec, list | tuple):
         if not spec:
-            raise ValueError(f"space {where}.{name}: an empty list of choices")
+            raise ConfigError(f"space {where}.{name}: an empty list of choices")
         return Knob(name, choices=tuple(spec))
     if isinstance(spec, dict):
         unknown = sorted(set(spec) - {"low", "high", "log", "step"})
         if unknown or "low" not in spec or "high" not in spec:
-            raise ValueError(f"space {where}.{name}: a range is {{low, high[, log, step]}}, got keys {sorted(spec)}")
+            raise ConfigError(f"space {where}.{name}: a range is {{low, high[, log, step]}}, got keys {sorted(spec)}")
         low, high = spec["low"], spec["high"]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or low > high:
-            raise ValueError(f"space {where}.{name}: need numbers with low <= high, got low={low!r} high={high!r}")
+            raise ConfigError(f"space {where}.{name}: need numbers with low <= high, got low={low!r} high={high!r}")
         return Knob(name, low=low, high=high, log=bool(spec.get("log", False)), step=spec.get("step"))
     return Knob(name, fixed=spec)
 
@@ -118,13 +118,13 @@ def _check_drafter(drafter: DrafterSpec, knobs: dict[str, Knob]) -> None:
     allowed = [*ENGINE_KNOBS, *drafter_option_keys(name)]
     unknown = sorted(set(knobs) - set(allowed))
     if unknown:
-        raise ValueError(f"space drafters.{name}: unknown knob(s) {unknown}; allowed: {allowed}")
+        raise ConfigError(f"space drafters.{name}: unknown knob(s) {unknown}; allowed: {allowed}")
     if "gamma_policy" in knobs:
         for policy in _values(knobs["gamma_policy"]):
             if policy not in GAMMA_POLICIES:
-                raise ValueError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
+                raise ConfigError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
             if policy == "confidence" and not drafter.needs.distribution:
-                raise ValueError(
+                raise ConfigError(
                     f"space drafters.{name}.gamma_policy: 'confidence' needs a model drafter "
                     f"({sorted(MODEL_DRAFTERS)}), not {name!r}"
                 )
@@ -212,11 +212,11 @@ def load_space(
     needs = Needs()
     for name, knobs_node in drafters_node.items():
         if name == BASELINE:
-            raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
+            raise ConfigError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
         try:
             drafter = resolve_drafter(name)
         except ConfigError:
-            raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}") from None
+            raise ConfigError(f"space drafters.{name}: unknown drafter; allowed: {candidates}") from None
         knobs = drafter_knobs(name, knobs_node)
         _check_drafter(drafter, knobs)
         why = _missing(
@@ -245,14 +245,14 @@ def load_space(
         needs = needs | drafter.needs
     if not drafters:
         why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "drafters is empty"
-        raise ValueError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
+        raise ConfigError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
     if kind.lossless_only and data.get("allow_lossy"):
-        raise ValueError(
+        raise ConfigError(
             f"space.allow_lossy=true with engine.backend={backend}: {backend} verifies losslessly only; "
             "set space.allow_lossy=false"
         )
     if serve and data.get("allow_lossy"):
-        raise ValueError(
+        raise ConfigError(
             f"space.allow_lossy=true with tuner.serve={list(serve)}: those servers verify losslessly only; "
             "set space.allow_lossy=false or tuner.serve=null"
         )
@@ -260,12 +260,12 @@ def load_space(
     lossy_rules = sorted(set(ACCEPTANCE_RULES) - {"exact"})
     for rule, knobs_node in dict(data.get("acceptance") or {}).items():
         if rule not in lossy_rules:
-            raise ValueError(f"space acceptance.{rule}: unknown lossy rule; allowed: {lossy_rules}")
+            raise ConfigError(f"space acceptance.{rule}: unknown lossy rule; allowed: {lossy_rules}")
         knobs = {k: _knob(k, v, f"acceptance.{rule}") for k, v in dict(knobs_node or {}).items()}
         allowed = option_names(acceptance_options_class(rule))
         unknown = sorted(set(knobs) - set(allowed))
         if unknown:
-            raise ValueError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
+            raise ConfigError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
         acceptance[rule] = knobs
     return Space(
         str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out, needs=needs
