@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from common.cache import cache_root
+from common.errors import ConfigError
 from engine.drafters import resolve_drafter
 from engine.engine import EngineConfig
 from runners.models import PROJECT_ROOT, resolve_model_path
@@ -63,6 +64,7 @@ def bundled_ggufs(engine: EngineConfig, paths: dict[str, str | None], kind: str 
     for role, make in jobs.items():
         try:
             made[role] = str(make())
-        except (FileNotFoundError, RuntimeError, ValueError):  # no converter: the placeholder stays
+        # no converter, or a file it refuses: the placeholder stays (any other error is a bug and propagates)
+        except (FileNotFoundError, RuntimeError, ConfigError):
             return made
     return made

@@ -277,7 +277,7 @@ def server_capabilities(cfg: DictConfig, backend: str) -> Capabilities | None:
     try:
         binary = find_llama_server(cfg.server.binary)
         caps = probe(binary)
-    except (LlamaServerMissing, RuntimeError, ValueError) as exc:
+    except (LlamaServerMissing, RuntimeError, ConfigError) as exc:
         raise ConfigError(f"engine.backend={backend}: {exc}") from None
     print(f"llama-server {caps.binary}: --spec-type kinds {', '.join(caps.spec_types)}")
     return caps

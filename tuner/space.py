@@ -170,7 +170,7 @@ def _runnable_choices(name: str, knobs: dict[str, Knob], backend: type) -> tuple
             engine = {knob: value} if knob in ENGINE_KNOBS else {"options": {knob: value}}
             try:
                 why = backend.not_runnable(EngineConfig(drafter=name, **engine))
-            except (ValueError, TypeError):  # a value the engine itself refuses: load_space's checks name it
+            except (ConfigError, TypeError):  # a value the engine itself refuses: load_space's checks name it
                 why = None
             if why:
                 dropped[f"{name}.{knob}={value}"] = why
@@ -299,7 +299,7 @@ def spec_kinds(drafter: str, knobs: dict[str, Knob]) -> list[str]:
         try:
             config = EngineConfig(drafter=drafter, options=dict(zip(listed, values, strict=True)))
             flags, _ = llama_exporter.speculation(config, None)
-        except (ValueError, TypeError, KeyError):  # e.g. a listed min_match above the default max_match
+        except (ConfigError, TypeError, KeyError):  # e.g. a listed min_match above the default max_match
             continue
         kinds += [value for name, value in flags if name == "--spec-type" and value and value not in kinds]
     return kinds

@@ -43,7 +43,7 @@ def make_backend(config: EngineConfig, models: Any, settings: Any | None = None,
     """The backend `config.backend` names, on the loaded `models` (runners.models.Models) and its own `settings`
     (Backend.settings_from), for `concurrency` agents.
 
-    ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
+    UnsupportedConfig when it cannot run the configuration (the caller reports the candidate as unsupported).
     """
     if concurrency < 1:
         raise ConfigError(f"run.concurrency must be >= 1, got {concurrency}")

@@ -44,7 +44,7 @@ class Backend(Protocol):
     @classmethod
     def create(cls, config: EngineConfig, models: Any, settings: Any | None, concurrency: int = 1) -> Backend:
         """A backend for `config` on the loaded models (and its `settings_from` settings) serving `concurrency`
-        agents at once (ValueError: it cannot)."""
+        agents at once (common.errors.UnsupportedConfig: it cannot run `config` on these models or settings)."""
         ...
 
     @classmethod

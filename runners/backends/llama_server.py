@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from agents.model import AgentModel
 from agents.server_model import ServerModel
-from common.errors import UnsupportedConfig
+from common.errors import ConfigError, UnsupportedConfig
 from engine.drafters import Needs, resolve_drafter
 from engine.engine import EngineConfig
 from export import llama_server as exporter
@@ -108,7 +108,7 @@ class ServerBackend:
         """
         try:
             caps = llama_capabilities.probe(binary)
-        except ValueError as exc:  # a build without --spec-type runs no exported configuration, not even OFF
+        except ConfigError as exc:  # a build without --spec-type runs no exported configuration, not even OFF
             return str(exc)
         missing = llama_capabilities.missing_kinds(flags, caps)
         if not missing:
@@ -119,7 +119,8 @@ class ServerBackend:
     def create(
         cls, config: EngineConfig, models: Any, settings: ServerSettings | None, concurrency: int = 1
     ) -> ServerBackend:
-        """A backend whose server starts on first use; ValueError without settings or for a config it cannot run."""
+        """A backend whose server starts on first use; UnsupportedConfig for a config it cannot run (ValueError: no
+        settings, a caller's bug)."""
         if settings is None:
             raise ValueError(f"engine.backend={cls.name} needs the server settings (llama_server_setup.py)")
         return cls(config, settings, frozenset(models.target.eos_token_ids), concurrency)
