@@ -83,7 +83,10 @@ def drafter_option_keys(name: str) -> list[str]:
 
 def build_drafter_options(name: str, values: dict[str, Any]) -> Any:
     """The options object of drafter `name` from KEY -> value pairs (strings converted; unknown keys fail)."""
-    parts = drafter_parts(name)
+    return _options(name, drafter_parts(name), values)
+
+
+def _options(name: str, parts: list[str] | tuple[str, ...], values: dict[str, Any]) -> Any:
     routed: dict[str, dict[str, Any]] = {p: {} for p in parts}
     own: dict[str, Any] = {}
     for key, value in values.items():
@@ -143,7 +146,7 @@ class DrafterSpec:
 
     def with_values(self, values: dict[str, Any]) -> DrafterSpec:
         """The same drafter with its options built from KEY -> value pairs (strings converted; unknown keys fail)."""
-        options = build_drafter_options(self.name, values)
+        options = _options(self.name, self.parts, values)
         return replace(self, options=options, needs=self.cls.needs_for(options))
 
     def shared_state(self) -> Any:
@@ -174,7 +177,7 @@ def resolve_drafter(name: str, values: dict[str, Any] | None = None) -> DrafterS
     Fails loudly on an unknown name or option, listing the valid ones.
     """
     parts = drafter_parts(name)
-    options = build_drafter_options(name, values or {})
+    options = _options(name, parts, values or {})
     cls = CombinedDrafter if len(parts) > 1 else DRAFTERS[parts[0]][0]
     return DrafterSpec(name, tuple(parts), cls, options, cls.needs_for(options))
 
