@@ -25,6 +25,7 @@ from agents.prompts import (
     format_error_observation,
     instance_prompt,
 )
+from common.errors import ConfigError
 from common.files import write_atomic
 from engine.stats import GenerationStats
 from tasks.sandbox.base import PatchTooLargeError, Sandbox
@@ -53,7 +54,7 @@ class AgentConfig:
         if self.max_context_tokens is not None and self.max_context_tokens < 1:
             bad.append(f"max_context_tokens={self.max_context_tokens!r}")
         if bad:
-            raise ValueError(f"AgentConfig: {', '.join(bad)} must be positive (max_context_tokens may be None)")
+            raise ConfigError(f"AgentConfig: {', '.join(bad)} must be positive (max_context_tokens may be None)")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from agents.model import AgentModel, ModelReply
+from common.errors import ConfigError
 from engine.stats import GenerationStats
 
 T = TypeVar("T")
@@ -60,14 +61,14 @@ class Conversation:
             for row in data["turns"]:
                 shared = int(row["shared"])
                 if shared > len(previous):
-                    raise ValueError(f"a turn shares {shared} tokens with a history of {len(previous)}")
+                    raise ConfigError(f"a turn shares {shared} tokens with a history of {len(previous)}")
                 prompt = previous[:shared] + [int(t) for t in row["new"]]
                 reply = [int(t) for t in row["reply"]]
                 turns.append(Turn(prompt, int(row["max_new_tokens"]), reply))
                 previous = prompt + reply
             return cls(str(data["instance_id"]), turns)
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a recorded conversation ({type(exc).__name__}: {exc})") from None
+            raise ConfigError(f"not a recorded conversation ({type(exc).__name__}: {exc})") from None
 
     @property
     def generated_ids(self) -> list[int]:

@@ -35,6 +35,7 @@ from bench import gguf_memory
 from bench.engine import MIN_REPEATS, PROMPT_SETS, RATIOS
 from bench.tuner.grid import DEFAULT_GRID_FILE
 from bench.tuner.search import SAMPLERS
+from common.errors import ConfigError
 from engine.forward import PATHS
 
 
@@ -405,7 +406,7 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         samplers = parse_samplers(args.samplers)  # before anything is measured
         if args.startup_trials is not None and args.startup_trials < 0:
-            raise ValueError(f"--startup-trials must be >= 0, got {args.startup_trials}")
+            raise ConfigError(f"--startup-trials must be >= 0, got {args.startup_trials}")
         report = run_tuner_bench(
             split=args.split,
             limit=args.limit,

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from bench.costs import synchronize
+from common.errors import ConfigError
 from engine.engine import Engine, EngineConfig
 from engine.loading import LoadedModel, load_model
 from engine.mtp import load_mtp
@@ -75,7 +76,7 @@ def run_batch_bench(setup: BatchSetup, progress: bool = True) -> dict[str, Any]:
     count = max(setup.sizes)
     prompts = [a.ids for a in agent_prompts(target.tokenizer, "test", count=count)]
     if len(prompts) < count:
-        raise ValueError(f"bench batch: {count} sessions need {count} agent prompts, the suite gave {len(prompts)}")
+        raise ConfigError(f"bench batch: {count} sessions need {count} agent prompts, the suite gave {len(prompts)}")
     new, no_stop = setup.max_new_tokens, frozenset()
     # Reference streams: each prompt alone, plain.
     reference = [engines["none"].generate(p, 1 + new, stop_tokens=no_stop).tokens[1:] for p in prompts]

@@ -13,12 +13,16 @@ median over repeats is shown with every repeat, and the crossover is the first l
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from common.errors import ConfigError
 
 DEFAULT_METHODS = ("ngram", "suffix", "draft_model", "mtp")
 BACKENDS = ("builtin", "llama-server")
@@ -63,6 +67,7 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     """Measure every (repeat, level, backend, method) wave pair; return the report."""
     import torch
 
+    from engine.drafters import Needs, resolve_drafter
     from runners.backends import backend_class
     from runners.compare import Baseline, Comparison
     from runners.config import baseline_config, check_config, engine_config
@@ -81,7 +86,7 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     allowed = sorted(p.stem for p in (Path(CONF_DIR) / "engine").glob("*.yaml") if p.stem != "none")
     unknown = [m for m in setup.methods if m not in allowed]
     if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; allowed (conf/engine): {', '.join(allowed)}")
+        raise ConfigError(f"unknown method(s) {', '.join(unknown)}; allowed (conf/engine): {', '.join(allowed)}")
     base = _compose(setup)
     check_config(base)
     torch.set_num_threads(setup.threads)
@@ -91,10 +96,10 @@ def run_concurrency_bench(setup: ConcurrencySetup, progress: bool = True) -> dic
     models = load_models(m.target, m.draft, device=m.device or "auto", dtype=m.dtype, forward=m.forward, mtp=m.mtp)
     out = Path(setup.out)
     configs = {name: engine_config(_compose(setup, f"engine={name}").engine, 0) for name in setup.methods}
+    needs = functools.reduce(operator.or_, (resolve_drafter(c.drafter).needs for c in configs.values()), Needs())
     servers = {}
     for backend in setup.backends:
-        cls = backend_class(backend)
-        servers[backend] = cls.settings_from(base, models, out / "server-logs", draft=True, mtp=True, eagle3=True)
+        servers[backend] = backend_class(backend).settings_from(base, models, out / "server-logs", needs)
     # results[(backend, level, method)] -> per repeat: {"on": side summary, "off": side summary, "wave": ...}
     results: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     t_start = time.perf_counter()

@@ -30,6 +30,7 @@ from agents.episode import run_episode
 from agents.loop import AgentConfig
 from agents.recording import Conversation, RecordingModel, replay
 from bench.costs import bound
+from common.errors import ConfigError
 from engine.engine import Engine, EngineConfig
 from engine.stats import GenerationStats
 from runners.backends import EngineBackend, ServerBackend, ServerSettings, context_of
@@ -243,7 +244,7 @@ def run_crossengine_bench(
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; allowed: {sorted(METHODS)}")
+        raise ConfigError(f"unknown method(s) {unknown}; allowed: {sorted(METHODS)}")
     torch.set_num_threads(threads)
     root = Path(resolve_model_path(model_dir))
     parts = {p for m in methods for p in m.split("+")}  # a combination needs its model child's weights

@@ -31,6 +31,7 @@ from bench.costs import limit_rows, paths_costs, step_profile_rows, synchronize
 from bench.prompts import PROMPTS, QUICK_PROMPTS, Prompt
 from common.build_once import build_once
 from common.cache import cache_root
+from common.errors import ConfigError
 from engine.eagle3 import Eagle3Module, load_eagle3, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
@@ -667,7 +668,7 @@ def run_engine_bench(
     else:  # likewise a random EAGLE-3 head for the tiny random models
         eagle3_m = random_eagle3(target.model, seed=0) if tiny else None
     if prompt_set not in PROMPT_SETS:
-        raise ValueError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
+        raise ConfigError(f"unknown prompt set {prompt_set!r}; allowed: {list(PROMPT_SETS)}")
     if prompt_set == "swe-lite":
         from bench.agent_prompts import agent_prompts
 

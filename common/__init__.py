@@ -1,1 +1,2 @@
-"""The lowest floor: facts every package shares (cache folders, atomic files, units); imports no spectune code."""
+"""The lowest floor: facts every package shares (cache folders, atomic files, units, which errors are the user's);
+imports no spectune code."""

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from common.errors import ConfigError
 from engine.acceptance import ACCEPTANCE_RULES
 from engine.drafters import DRAFTERS
 from engine.eagle3 import load_eagle3
@@ -65,7 +66,7 @@ def encode_prompt(target: LoadedModel, text: str, chat: bool) -> list[int]:
     tok = target.tokenizer
     if chat:
         if not getattr(tok, "chat_template", None):
-            raise ValueError(f"--chat: the tokenizer of {target.path} has no chat template")
+            raise ConfigError(f"--chat: the tokenizer of {target.path} has no chat template")
         rendered = tok.apply_chat_template(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )

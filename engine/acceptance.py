@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from common.errors import ConfigError
 from engine.sampling import SamplingParams, effective_probs, greedy_ids, sample
 
 
@@ -137,7 +138,7 @@ class TopKOptions:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
+            raise ConfigError(f"k must be >= 1, got {self.k}")
 
 
 class TopKAcceptance(_LossyRule):
@@ -163,7 +164,7 @@ class ThresholdOptions:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.tau <= 1.0:
-            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
+            raise ConfigError(f"tau must be in [0, 1], got {self.tau}")
 
 
 class ThresholdAcceptance(_LossyRule):
@@ -215,7 +216,7 @@ ACCEPTANCE_RULES: dict[str, tuple[type, type]] = {
 def acceptance_options_class(name: str) -> type:
     """The options dataclass of an acceptance rule, failing loudly on an unknown name."""
     if name not in ACCEPTANCE_RULES:
-        raise ValueError(f"unknown acceptance {name!r}; allowed: {sorted(ACCEPTANCE_RULES)}")
+        raise ConfigError(f"unknown acceptance {name!r}; allowed: {sorted(ACCEPTANCE_RULES)}")
     return ACCEPTANCE_RULES[name][1]
 
 

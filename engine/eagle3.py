@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.errors import ConfigError
 from engine.heads import (
     ChainedHead,
     HeadMismatchError,
@@ -110,7 +111,7 @@ class Eagle3Config:
         layers = int(c.num_hidden_layers)
         ids = list(layer_ids) if layer_ids is not None else default_layer_ids(layers)
         if len(ids) != 3 or not all(0 <= i <= layers for i in ids):
-            raise ValueError(f"EAGLE-3 fuses three target layers in [0, {layers}]; got layer ids {ids}")
+            raise ConfigError(f"EAGLE-3 fuses three target layers in [0, {layers}]; got layer ids {ids}")
         rope = getattr(c, "rope_parameters", None) or {}
         theta = float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0)) if isinstance(rope, dict) else 10000.0)
         fields = target_config(model)
@@ -169,10 +170,10 @@ class Eagle3Config:
     def from_hf(cls, data: dict[str, Any]) -> Eagle3Config:
         """The config of an HF EAGLE-3 config.json written by `hf_config` (KeyError/ValueError when it is not one)."""
         if data.get("num_hidden_layers") != 1 or "draft_vocab_size" not in data:
-            raise ValueError("not an EAGLE-3 head (it needs num_hidden_layers 1 and draft_vocab_size)")
+            raise ConfigError("not an EAGLE-3 head (it needs num_hidden_layers 1 and draft_vocab_size)")
         own = data.get("spectune") or {}
         if own.get("format") != FORMAT:
-            raise ValueError(f"format {own.get('format')!r}, expected {FORMAT!r} (a head trained by training.eagle3)")
+            raise ConfigError(f"format {own.get('format')!r}, expected {FORMAT!r} (a head trained by training.eagle3)")
         return cls(
             hidden_size=data["hidden_size"],
             num_attention_heads=data["num_attention_heads"],
@@ -403,7 +404,7 @@ def read_eagle3_config(folder: str | Path) -> Eagle3Config:
     try:
         return Eagle3Config.from_hf(json.loads(path.read_text()))
     except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{path}: not a spectune EAGLE-3 config ({exc})") from None
+        raise ConfigError(f"{path}: not a spectune EAGLE-3 config ({exc})") from None
 
 
 def load_eagle3(folder: str | Path, target: nn.Module) -> Eagle3Module:
@@ -416,19 +417,19 @@ def load_eagle3(folder: str | Path, target: nn.Module) -> Eagle3Module:
     try:
         state = load_file(str(path))
     except Exception as exc:  # safetensors raises several kinds; the message names the file
-        raise ValueError(f"{path}: cannot read EAGLE-3 weights ({exc})") from None
+        raise ConfigError(f"{path}: cannot read EAGLE-3 weights ({exc})") from None
     offsets = state.pop("d2t", None)
     state.pop("t2d", None)
     module = Eagle3Module(config)
     if config.draft_vocab_size:
         if offsets is None or offsets.numel() != config.draft_vocab_size:
-            raise ValueError(f"{path}: d2t must hold {config.draft_vocab_size} entries")
+            raise ConfigError(f"{path}: d2t must hold {config.draft_vocab_size} entries")
         state["d2t"] = offsets.long() + torch.arange(offsets.numel())
     else:
         state["d2t"] = module.d2t
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
+        raise ConfigError(f"{path}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
     weight = target.get_input_embeddings().weight
     module = module.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
     return module.bind(target)

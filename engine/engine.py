@@ -13,21 +13,11 @@ from typing import Any
 
 import torch
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acceptance
 from engine.batch import decode_together
 from engine.decode import Decoding, GenerationResult, Runtime, decode
-from engine.drafters import (
-    Drafter,
-    DrafterResources,
-    Needs,
-    build_drafter_options,
-    drafter_needs,
-    drafter_option_keys,
-    drafter_shared_state,
-    drafter_takes,
-    make_drafter,
-    server_only_refusal,
-)
+from engine.drafters import Drafter, DrafterResources, DrafterSpec, Needs, drafter_option_keys, resolve_drafter
 from engine.eagle3 import Eagle3Module
 from engine.eagle3 import check_target as check_eagle3_target
 from engine.gamma import GammaPolicy
@@ -78,10 +68,10 @@ class Engine:
                 "(runners.backends starts a llama-server for 'llama-server')"
             )
         self.target = target
-        self.drafter_options, self.acceptance = self.validate(config)
-        self.needs: Needs = drafter_needs(config.drafter, self.drafter_options)
+        self.drafter_spec, self.acceptance = self.validate(config)
+        self.needs: Needs = self.drafter_spec.needs
         if self.needs.server_draft:
-            raise ValueError(server_only_refusal(config.drafter))
+            raise UnsupportedConfig(self.drafter_spec.refusal)
         # Only what the drafter uses is kept, so weight_bytes and the memory model count exactly that.
         self.draft = draft if self.needs.draft_model else None
         self.mtp = mtp if self.needs.mtp else None
@@ -89,19 +79,19 @@ class Engine:
         self.params = SamplingParams(config.temperature, config.top_k, config.top_p)
         if self.needs.draft_model:
             if draft is None:
-                raise ValueError(f"drafter {config.drafter!r} needs a draft model (--draft DIR)")
+                raise UnsupportedConfig(f"drafter {config.drafter!r} needs a draft model (--draft DIR)")
             if target.tokenizer is not None and draft.tokenizer is not None:
                 check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
         if self.needs.mtp:
             if mtp is None:
-                raise ValueError(
+                raise UnsupportedConfig(
                     f"drafter {config.drafter!r} needs MTP weights (--mtp DIR / model.mtp; "
                     "train them: python -m training.mtp)"
                 )
             check_target(mtp.config, target.model)
         if self.needs.eagle3:
             if eagle3 is None:
-                raise ValueError(
+                raise UnsupportedConfig(
                     f"drafter {config.drafter!r} needs an EAGLE-3 head (--eagle3 DIR / model.eagle3; "
                     "train one: python -m training.eagle3)"
                 )
@@ -110,7 +100,7 @@ class Engine:
         self.forward = target.forward  # built once per loaded model, shared by every engine on it
         self.context_limit = position_limit(target.model) or 1 << 30
         self.stop_tokens = frozenset(target.eos_token_ids)
-        self.shared_state = drafter_shared_state(config.drafter, self.drafter_options)
+        self.shared_state = self.drafter_spec.shared_state()
         heads = [h for h in (self.mtp, self.eagle3) if h is not None]
         models = [m.model for m in (target, self.draft) if m is not None] + heads
         # Copies a numeric path packs for its kernels (oneDNN): counted in the CPU estimate of peak memory.
@@ -123,13 +113,14 @@ class Engine:
         self.new_drafter()  # a drafter that cannot work with these models fails here, not in the first session
 
     @staticmethod
-    def validate(config: EngineConfig) -> tuple[object, AcceptanceRule]:
-        """Check names, options and policy without touching models; returns (drafter options, rule).
+    def validate(config: EngineConfig) -> tuple[DrafterSpec, AcceptanceRule]:
+        """Check names, options and policy without touching models; returns (the drafter resolved, rule).
 
         Cheap, so command lines call it before loading weights and fail on a typo in milliseconds.
         A plain key goes to every owner that declares it (the drafter or its children, the acceptance
         rule); `acceptance.KEY` only to the rule, `CHILD.KEY` only to that drafter.
         """
+        drafter = resolve_drafter(config.drafter)  # the name checked once; its options are set below
         acceptance_cls = acceptance_options_class(config.acceptance)
         rule_keys = option_names(acceptance_cls)
         drafter_values: dict[str, Any] = {}
@@ -140,9 +131,9 @@ class Engine:
                 rule_values[rest] = value
                 continue
             to_rule = not dot and key in rule_keys
-            to_drafter = drafter_takes(config.drafter, key)
+            to_drafter = drafter.takes(key)
             if not (to_rule or to_drafter):
-                raise ValueError(
+                raise ConfigError(
                     f"unknown option {key!r}; allowed options: drafter {config.drafter!r}: "
                     f"{drafter_option_keys(config.drafter)}, acceptance {config.acceptance!r}: {rule_keys}"
                 )
@@ -150,18 +141,19 @@ class Engine:
                 rule_values[key] = value
             if to_drafter:
                 drafter_values[key] = value
-        drafter_options = build_drafter_options(config.drafter, drafter_values)
+        if drafter_values:
+            drafter = drafter.with_values(drafter_values)
         rule = make_acceptance(
             config.acceptance, build_options(acceptance_cls, rule_values, f"acceptance {config.acceptance!r}")
         )
         SamplingParams(config.temperature, config.top_k, config.top_p)  # validates ranges
         GammaPolicy(config.gamma_policy, config.gamma, config.max_gamma, config.confidence)  # validates
-        if config.gamma_policy == "confidence" and not drafter_needs(config.drafter, drafter_options).distribution:
-            raise ValueError(
+        if config.gamma_policy == "confidence" and not drafter.needs.distribution:
+            raise ConfigError(
                 "gamma policy 'confidence' needs a model drafter (draft_model, mtp, eagle3, layer_skip or a "
                 f"combination with one), not {config.drafter!r}"
             )
-        return drafter_options, rule
+        return drafter, rule
 
     @property
     def runtime(self) -> Runtime:
@@ -188,7 +180,7 @@ class Engine:
         resources = DrafterResources(
             target=self.target, draft=self.draft, mtp=self.mtp, eagle3=self.eagle3, shared=self.shared_state
         )
-        return make_drafter(self.config.drafter, self.drafter_options, resources)
+        return self.drafter_spec.make(resources)
 
     def new_gamma_policy(self) -> GammaPolicy:
         """A fresh draft-length policy for a new session."""

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine import llama
 from engine.forward_plan import measuring_enabled, plan_for
 from engine.host import Host
@@ -94,7 +95,7 @@ PATH_NEEDS = {
 def check_path(path: str) -> str:
     """`path` if it is a known forward path, else ValueError naming the allowed ones."""
     if path not in PATHS:
-        raise ValueError(f"unknown forward path {path!r}; allowed: {', '.join(PATHS)}")
+        raise ConfigError(f"unknown forward path {path!r}; allowed: {', '.join(PATHS)}")
     return path
 
 
@@ -124,13 +125,15 @@ def choose_path(model: torch.nn.Module, path: str = "auto") -> PathChoice:
         return PathChoice("transformers", dtype, "forced: transformers' forward")
     if path != "auto":
         if uncovered is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"forward path {path!r} needs the engine's Llama forward, which does not cover {uncovered}"
             )
         refusal = path_refusal(path, device, weight.dtype)
         if refusal is not None:
             works = ", ".join(runnable_paths(device, weight.dtype))
-            raise ValueError(f"forward path {path!r} cannot run {dtype} here: {refusal} (paths that run here: {works})")
+            raise ConfigError(
+                f"forward path {path!r} cannot run {dtype} here: {refusal} (paths that run here: {works})"
+            )
         return PathChoice(path, dtype, f"forced: {_WHAT[path]}")
     if uncovered is not None:
         return PathChoice("transformers", dtype, f"auto: the engine's Llama forward does not cover {uncovered}")
@@ -167,7 +170,7 @@ def _body(model: torch.nn.Module) -> tuple[str, str]:
         for name in ("layers", "h"):
             if isinstance(getattr(inner, name, None), torch.nn.ModuleList):
                 return body, name
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__} (model.layers / transformer.h)")
+    raise UnsupportedConfig(f"cannot find the decoder layers of {type(model).__name__} (model.layers / transformer.h)")
 
 
 def first_layers(model: torch.nn.Module, k: int) -> torch.nn.Module:
@@ -180,7 +183,9 @@ def first_layers(model: torch.nn.Module, k: int) -> torch.nn.Module:
     body_name, layers_name = _body(model)
     layers = getattr(getattr(model, body_name), layers_name)
     if not 1 <= k < len(layers):
-        raise ValueError(f"first_layers: k={k} must be in [1, {len(layers) - 1}] for a {len(layers)}-layer model")
+        raise UnsupportedConfig(
+            f"first_layers: k={k} must be in [1, {len(layers) - 1}] for a {len(layers)}-layer model"
+        )
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = k
     if getattr(config, "n_layer", None) is not None:

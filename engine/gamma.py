@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import ConfigError
+
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence")
 
 
@@ -23,13 +25,13 @@ class GammaPolicy:
 
     def __post_init__(self) -> None:
         if self.name not in GAMMA_POLICIES:
-            raise ValueError(f"unknown gamma policy {self.name!r}; allowed: {list(GAMMA_POLICIES)}")
+            raise ConfigError(f"unknown gamma policy {self.name!r}; allowed: {list(GAMMA_POLICIES)}")
         if self.gamma < 1:
-            raise ValueError(f"gamma must be >= 1, got {self.gamma}")
+            raise ConfigError(f"gamma must be >= 1, got {self.gamma}")
         if self.max_gamma < self.gamma:
-            raise ValueError(f"max_gamma ({self.max_gamma}) must be >= gamma ({self.gamma})")
+            raise ConfigError(f"max_gamma ({self.max_gamma}) must be >= gamma ({self.gamma})")
         if not 0.0 <= self.confidence <= 1.0:
-            raise ValueError(f"confidence threshold must be in [0, 1], got {self.confidence}")
+            raise ConfigError(f"confidence threshold must be in [0, 1], got {self.confidence}")
         self.current = self.gamma
 
     def next_length(self) -> int:

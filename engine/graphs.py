@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.errors import ConfigError
 from engine.llama import LlamaCache, LlamaForward
 
 DEFAULT_MAX_K = 17  # gamma up to 16 (EngineConfig.max_gamma's default) + 1
@@ -43,7 +44,7 @@ class GraphedSteps:
 
     def __init__(self, forward: LlamaForward, eager, capacity: int, max_k: int = DEFAULT_MAX_K) -> None:
         if forward.device.type != "cuda":
-            raise ValueError("forward path 'graphs' needs a CUDA device (CUDA graphs)")
+            raise ConfigError("forward path 'graphs' needs a CUDA device (CUDA graphs)")
         self.forward = forward
         self.eager = eager  # (cache, tokens, keep, hidden) -> (logits, hidden): the eager forward
         self.capacity = capacity

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from common.errors import UnsupportedConfig
 from engine.kv import grown_capacity
 from engine.llama import rms_norm
 
@@ -30,8 +31,8 @@ FINGERPRINT_KEYS = (
 )
 
 
-class HeadMismatchError(ValueError):
-    """A draft head was loaded for a target it was not trained for."""
+class HeadMismatchError(UnsupportedConfig):
+    """A draft head was loaded for a target it was not trained for (a candidate using it is unsupported)."""
 
 
 def target_config(model: nn.Module) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from huggingface_hub.errors import HFValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine.forward import check_path, decoder_layers, first_layers, make_forward
 from engine.host import probe
 
@@ -51,12 +52,15 @@ class ModelNotFoundError(FileNotFoundError):
     """A model folder or hub id that could not be found or loaded."""
 
 
-class ModelFileError(ValueError):
+class ModelFileError(ConfigError):
     """A model folder whose files exist but cannot be used (corrupt JSON, broken or mismatched weights)."""
 
 
-class TokenizerMismatchError(ValueError):
-    """Target and draft tokenizers differ, so draft token ids would not mean the same to the target."""
+class TokenizerMismatchError(UnsupportedConfig):
+    """Target and draft tokenizers differ, so draft token ids would not mean the same to the target.
+
+    Unsupported, not broken: a candidate that drafts with this draft model cannot run on this target.
+    """
 
 
 def resolve_device(device: str) -> torch.device:
@@ -68,14 +72,14 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cpu")
     match = re.fullmatch(r"cuda(?::(\d+))?", name)
     if match is None:
-        raise ValueError(f"unknown device {device!r}; allowed: {', '.join(DEVICES)}")
+        raise ConfigError(f"unknown device {device!r}; allowed: {', '.join(DEVICES)}")
     if not torch.cuda.is_available():
-        raise ValueError(
+        raise ConfigError(
             f"device {device!r} requested but CUDA is not available (torch {torch.__version__}); "
             "use --device cpu or --device auto"
         )
     if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)")
+        raise ConfigError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)")
     return torch.device(name)
 
 
@@ -101,7 +105,7 @@ def resolve_dtype(dtype: str, device: torch.device | str, checkpoint: torch.dtyp
         # Pre-Ampere GPUs lack fast bf16; fp16 keeps the memory saving there.
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if name not in DTYPE_ALIASES:
-        raise ValueError(f"unknown dtype {dtype!r}; allowed: auto, {', '.join(DTYPE_ALIASES)}")
+        raise ConfigError(f"unknown dtype {dtype!r}; allowed: auto, {', '.join(DTYPE_ALIASES)}")
     return DTYPE_ALIASES[name]
 
 

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.errors import ConfigError
 from engine.heads import (
     FINGERPRINT_KEYS,
     ChainedHead,
@@ -315,10 +316,10 @@ def read_mtp_config(folder: str | Path) -> MtpConfig:
     try:
         data = json.loads(path.read_text())
         if data.get("format") != FORMAT:
-            raise ValueError(f"format {data.get('format')!r}, expected {FORMAT!r}")
+            raise ConfigError(f"format {data.get('format')!r}, expected {FORMAT!r}")
         return MtpConfig(**data)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: not a spectune MTP config ({exc})") from None
+        raise ConfigError(f"{path}: not a spectune MTP config ({exc})") from None
 
 
 def load_mtp(folder: str | Path, target: nn.Module) -> MtpModule:
@@ -331,11 +332,11 @@ def load_mtp(folder: str | Path, target: nn.Module) -> MtpModule:
     try:
         state = load_file(str(path))
     except Exception as exc:  # safetensors raises several kinds; the message names the file
-        raise ValueError(f"{path}: cannot read MTP weights ({exc})") from None
+        raise ConfigError(f"{path}: cannot read MTP weights ({exc})") from None
     module = MtpModule(config)
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
+        raise ConfigError(f"{path}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
     weight = target.get_input_embeddings().weight
     module = module.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
     return module.bind(target)

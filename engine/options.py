@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar, get_type_hints
 
+from common.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -18,7 +20,7 @@ def parse_option_pairs(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"option {pair!r} is not of the form KEY=VALUE")
+            raise ConfigError(f"option {pair!r} is not of the form KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
 
@@ -41,7 +43,7 @@ def _convert(raw: Any, kind: Any, key: str) -> Any:
         if kind in (int, float, str):
             return kind(raw)
     except ValueError:
-        raise ValueError(f"option {key}={raw!r}: expected a value of type {kind.__name__}") from None
+        raise ConfigError(f"option {key}={raw!r}: expected a value of type {kind.__name__}") from None
     return raw
 
 
@@ -50,7 +52,7 @@ def build_options(cls: type[T], values: dict[str, Any], owner: str) -> T:
     allowed = option_names(cls)
     unknown = sorted(set(values) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for {owner}; allowed: {allowed or 'none'}")
+        raise ConfigError(f"unknown option(s) {unknown} for {owner}; allowed: {allowed or 'none'}")
     hints = get_type_hints(cls)
     kwargs = {k: _convert(v, hints[k], k) for k, v in values.items()}
     return cls(**kwargs)
@@ -63,7 +65,7 @@ def split_options(values: dict[str, Any], owners: dict[str, type]) -> dict[str, 
         takers = [name for name, cls in owners.items() if key in option_names(cls)]
         if not takers:
             allowed = {name: option_names(cls) for name, cls in owners.items()}
-            raise ValueError(f"unknown option {key!r}; allowed options: {allowed}")
+            raise ConfigError(f"unknown option {key!r}; allowed options: {allowed}")
         for name in takers:
             routed[name][key] = value
     return routed

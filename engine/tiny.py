@@ -30,6 +30,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from common.errors import ConfigError
+
 EOS_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -92,7 +94,7 @@ def fit_byte_bpe(
     """A deterministic byte-level BPE of at most `vocab` tokens over `texts` cut by `pre_tokenizer`, ChatML specials."""
     minimum = 256 + len(SPECIAL_TOKENS)  # every byte plus the special tokens
     if vocab < minimum:
-        raise ValueError(f"vocab must be at least {minimum} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)")
+        raise ConfigError(f"vocab must be at least {minimum} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)")
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizer
     backend.decoder = decoders.ByteLevel()
@@ -166,23 +168,23 @@ def make_tiny_model(
 ) -> Path:
     """Write a random-init model and tokenizer to `out_dir` (vocab: 512, or the copied tokenizer's size)."""
     if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; allowed: {', '.join(ARCHS)}")
+        raise ConfigError(f"unknown arch {arch!r}; allowed: {', '.join(ARCHS)}")
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
+        raise ConfigError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
     if layers < 1 or hidden < 1 or max_positions < 1:
-        raise ValueError("layers, hidden and max_positions must be positive")
+        raise ConfigError("layers, hidden and max_positions must be positive")
     n_heads = heads if heads is not None else max(1, hidden // 64)
     if n_heads < 1 or hidden % n_heads:
-        raise ValueError(f"hidden ({hidden}) must be a positive multiple of heads ({n_heads})")
+        raise ConfigError(f"hidden ({hidden}) must be a positive multiple of heads ({n_heads})")
     if (hidden // n_heads) % 2:
-        raise ValueError(f"head dim hidden/heads = {hidden // n_heads} must be even for rotary embeddings")
+        raise ConfigError(f"head dim hidden/heads = {hidden // n_heads} must be even for rotary embeddings")
 
     source = Path(tokenizer_from).expanduser() if tokenizer_from is not None else None
     if source is not None:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         needed = _required_vocab(tokenizer)
         if vocab is not None and vocab < needed:
-            raise ValueError(f"--vocab {vocab} is smaller than the tokenizer from {source} ({needed} tokens)")
+            raise ConfigError(f"--vocab {vocab} is smaller than the tokenizer from {source} ({needed} tokens)")
         model_vocab = vocab if vocab is not None else needed
     else:
         # Training asks BPE for exactly model_vocab tokens; a small corpus may stop short, and the rows

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.drafters import drafter_needs
+from engine.drafters import resolve_drafter
 from engine.engine import EngineConfig
 from export import llama_server, sglang, vllm
 from export.record import APPROXIMATE, EXACT, NONE, ExportRecord, Mapping, is_half_export
@@ -43,7 +43,7 @@ def server_names() -> tuple[str, ...]:
 
 def mapping_rows(engine: EngineConfig, server: str) -> list[Mapping]:
     """The exporter's rows for `engine` on `server` (placeholder model paths: only the verdicts matter here)."""
-    needs = drafter_needs(engine.drafter)
+    needs = resolve_drafter(engine.drafter).needs
     record = ExportRecord(
         engine=engine,
         model_name="model",

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from common.files import write_atomic
-from engine.drafters import DRAFTERS, drafter_needs
+from engine.drafters import DRAFTERS, resolve_drafter
 from engine.drafters.ngram import NgramOptions
 from engine.drafters.ngram_cache import LLAMA_DRAFT, NgramCacheOptions
 from engine.drafters.ngram_map_k import NgramMapKOptions
@@ -543,7 +543,7 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
     server's `-c` is the pool of `level` such contexts (pool_context). Level 1 is `build`'s single slot.
     """
     made = record.gguf_files
-    if drafter_needs(record.engine.drafter).mtp:  # the MTP layer lives inside the target's GGUF
+    if resolve_drafter(record.engine.drafter).needs.mtp:  # the MTP layer lives inside the target's GGUF
         mtp = made.get("mtp") or record.mtp or ""
         model = mtp if mtp.endswith(".gguf") else f"<mimo2-gguf-of:{record.target}+{record.mtp}>"
     else:

@@ -70,7 +70,8 @@ class Mapping:
 def typed_options(engine: EngineConfig) -> tuple[Any, AcceptanceRule]:
     """The drafter's options dataclass and the acceptance rule, defaults filled, as the engine sees them."""
     # The engine's own validation routes and converts options, so exports read the values it ran with.
-    return Engine.validate(engine)
+    drafter, rule = Engine.validate(engine)
+    return drafter.options, rule
 
 
 def draft_length(engine: EngineConfig) -> int:

@@ -1,8 +1,9 @@
 """What every Hydra command shares: where conf/ is, which errors are the user's input, how a command exits.
 
-Configuration and input problems are one line on stderr and exit 2 (Hydra's own errors stay Hydra's); an
-interrupted command exits 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), also when it wrote a partial
-result.
+Configuration and input problems (common.errors.ConfigError and the few input errors of other kinds) are one line
+on stderr and exit 2; any other exception is a bug and keeps its traceback (exit 1), a plain ValueError included.
+Hydra's own errors (a wrong key, group option or override, raised before the command runs) stay Hydra's. An
+interrupted command exits 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), also when it wrote a partial result.
 """
 
 from __future__ import annotations
@@ -14,16 +15,25 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from omegaconf import DictConfig
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+from common.errors import ConfigError
 from engine.loading import ModelNotFoundError
 from runners.interrupt import Interrupted
 from tasks.suites import SuiteUnavailableError
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
-# Configuration and input problems: one line on stderr, exit 2.
-INPUT_ERRORS = (ValueError, ModelNotFoundError, SuiteUnavailableError, MissingMandatoryValue)
+# Configuration and input problems: one line on stderr, exit 2. Besides ConfigError: a model folder or hub id that is
+# not there, a suite that cannot be loaded, a `???` value left unset, and a `${...}` in the user's values that does not
+# resolve (OmegaConf raises the last two when the command first reads the value).
+INPUT_ERRORS = (
+    ConfigError,
+    ModelNotFoundError,
+    SuiteUnavailableError,
+    MissingMandatoryValue,
+    InterpolationResolutionError,
+)
 
 
 def one_line(exc: BaseException) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from agents.episode import run_episode
 from agents.model import AgentModel
 from agents.recording import ClockedModel, Conversation, RecordingModel, TurnClock
+from common.errors import UnsupportedConfig
 from engine.engine import EngineConfig
 from engine.stats import GenerationStats
 from runners.backends import Backend, make_backend
@@ -110,8 +111,8 @@ class Comparison:
             try:
                 # the engine keeps only what the drafter needs (Engine.needs)
                 self.candidate_engine = make_backend(candidate, workload.models, workload.server, self.concurrency)
-            except ValueError as exc:  # e.g. draft_model without a draft, tokenizers that differ, no MTP weights
-                self.unsupported = str(exc)
+            except UnsupportedConfig as exc:  # e.g. draft_model without a draft, tokenizers that differ, no MTP
+                self.unsupported = str(exc)  # weights; any other error is a bug and propagates with its traceback
 
     @property
     def lossy(self) -> bool:

@@ -15,9 +15,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from agents.loop import AgentConfig
+from common.errors import ConfigError
 from engine.acceptance import ACCEPTANCE_RULES
-from engine.drafters import DRAFTERS, drafter_needs, is_known_drafter
-from engine.engine import EngineConfig
+from engine.drafters import DRAFTERS, DrafterSpec, is_known_drafter
+from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS
 from engine.gamma import GAMMA_POLICIES
 from runners.backends import backend_class
@@ -154,7 +155,7 @@ def register_configs() -> None:
 
 def _choice(value: Any, allowed: tuple[str, ...] | list[str], key: str) -> None:
     if value not in allowed:
-        raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
 def engine_config(conf: Any, seed: int | None = None) -> EngineConfig:
@@ -190,20 +191,26 @@ def baseline_config(candidate: EngineConfig) -> EngineConfig:
 
 def check_config(cfg: Any) -> EngineConfig:
     """Validate closed choices and ranges without loading anything; returns the candidate EngineConfig."""
+    return check_candidate(cfg)[0]
+
+
+def check_candidate(cfg: Any) -> tuple[EngineConfig, DrafterSpec]:
+    """`check_config`, returning also the candidate's drafter, resolved once: its `Needs` say which heads and
+    files the run loads (runners.models.load_for, Backend.settings_from)."""
     model = cfg.model
     if (isinstance(model, DictConfig) and OmegaConf.is_missing(model, "target")) or not model.target:
-        raise ValueError(
+        raise ConfigError(
             f"model.target is not set: model={model.name} needs model.target=/path/to/model-folder "
             "(a local folder or a cached hub id; with engine.backend=llama-server also a GGUF file: model=gguf "
             "model.target=FILE.gguf; model.draft=... for engine=draft_model)"
         )
     if is_gguf(model.target) and backend_class(cfg.engine.backend).decodes_in_process:
-        raise ValueError(
+        raise ConfigError(
             f"model.target={model.target}: a GGUF file runs on engine.backend=llama-server only (the built-in "
             "engine needs the Hugging Face folder); add engine.backend=llama-server"
         )
     if cfg.run.resume and cfg.run.overwrite:
-        raise ValueError("run.resume=true and run.overwrite=true exclude each other; pass one of them")
+        raise ConfigError("run.resume=true and run.overwrite=true exclude each other; pass one of them")
     _choice(cfg.task.name, SUITES, "task")
     _choice(cfg.task.subset, SUBSETS, "task.subset")
     _choice(cfg.sandbox.name, SANDBOXES, "sandbox")
@@ -220,31 +227,29 @@ def check_config(cfg: Any) -> EngineConfig:
     _choice(cfg.engine.acceptance, sorted(ACCEPTANCE_RULES), "engine.acceptance")
     _choice(cfg.engine.gamma_policy, list(GAMMA_POLICIES), "engine.gamma_policy")
     if cfg.run.repeats < 1:
-        raise ValueError(f"run.repeats must be >= 1, got {cfg.run.repeats}")
+        raise ConfigError(f"run.repeats must be >= 1, got {cfg.run.repeats}")
     if cfg.run.concurrency < 1:
-        raise ValueError(f"run.concurrency must be >= 1 (agents in flight at once), got {cfg.run.concurrency}")
+        raise ConfigError(f"run.concurrency must be >= 1 (agents in flight at once), got {cfg.run.concurrency}")
     if cfg.hardware.vram_gib <= 0:
-        raise ValueError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
+        raise ConfigError(f"hardware.vram_gib must be positive, got {cfg.hardware.vram_gib}")
     agent_config(cfg.agent)  # AgentConfig's own range checks
     candidate = engine_config(cfg.engine, cfg.run.seed)
-    from engine.engine import Engine
-
-    Engine.validate(candidate)  # option names and values, with the allowed ones in the message
-    needs = drafter_needs(candidate.drafter)
+    drafter, _ = Engine.validate(candidate)  # option names and values, with the allowed ones in the message
+    needs = drafter.needs
     heads = available_heads(cfg) if needs.eagle3 or needs.mtp else None  # a GGUF target's metadata is read
     if needs.eagle3 and not (heads and heads.eagle3):
-        raise ValueError(
+        raise ConfigError(
             f"engine.drafter={candidate.drafter} needs an EAGLE-3 head: model={cfg.model.name} has model.eagle3=null "
             "(pass model.eagle3=DIR; python -m training.eagle3 --target DIR --out DIR trains one; on "
             "engine.backend=llama-server server.eagle3_gguf=FILE)"
         )
     if needs.mtp and not (heads and heads.mtp):
-        raise ValueError(
+        raise ConfigError(
             f"engine.drafter={candidate.drafter} needs MTP weights: model={cfg.model.name} has model.mtp=null "
             "(pass model.mtp=DIR; python -m training.mtp --target DIR --out DIR trains one; on "
             "engine.backend=llama-server a target GGUF with MTP layers, or server.mtp_gguf=FILE)"
         )
-    return candidate
+    return candidate, drafter
 
 
 @dataclass(frozen=True)

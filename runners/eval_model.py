@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.loop import STATUSES as AGENT_STATUSES
+from engine.drafters import Needs
 from runners.cli import CONF_DIR, run_command
 from runners.concurrency import concurrency_summary
 from runners.config import baseline_config, check_config, register_configs
@@ -145,7 +146,7 @@ def evaluate_model(cfg: DictConfig, console: Console | None = None) -> dict[str,
         )
     with GracefulStop(console) as stop:
         with stop.loading():
-            instances, models, out_dir, comparison = prepare(cfg, None, draft=None, plain=plain)
+            instances, models, out_dir, comparison = prepare(cfg, None, Needs(), draft=None, plain=plain)
             config_dict = OmegaConf.to_container(cfg, resolve=True)
             tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
         finished = folder.finished(instances, ("baseline",))

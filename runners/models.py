@@ -24,6 +24,8 @@ from transformers.utils import logging as hf_logging
 
 from common.build_once import build_once
 from common.cache import cache_root
+from common.errors import ConfigError
+from engine.drafters import Needs
 from engine.eagle3 import Eagle3Module, load_eagle3
 from engine.loading import LoadedModel, ModelFileError, load_model, local_folder
 from engine.mtp import MtpModule, load_mtp
@@ -104,7 +106,7 @@ def load_served(target: str, *, server_binary: str | None = None, log_dir: Path 
         return ServedModel(tokenizer, str(info.path), set(info.end_ids), info.context_length or None, info.path)
     folder = local_folder(target)
     if folder is None:
-        raise ValueError(
+        raise ConfigError(
             f"model.target={target!r}: a served run needs a GGUF file or a local model folder, not a hub id"
         )
     try:
@@ -177,4 +179,33 @@ def load_models(
     loaded_eagle3 = load_eagle3(eagle3_path, loaded_target.model) if eagle3_path else None
     return Models(
         loaded_target, loaded_draft, target_path, draft_path, loaded_mtp, mtp_path, loaded_eagle3, eagle3_path
+    )
+
+
+def load_for(
+    model: Any,
+    needs: Needs,
+    *,
+    device: str,
+    weights: bool = True,
+    server_binary: str | None = None,
+    log_dir: Path | None = None,
+    draft: str | None = None,
+) -> Models:
+    """The `model` node's target and the heads a drafter with `needs` uses (model.draft, model.mtp, model.eagle3).
+
+    A head the drafter does not use is not loaded. `draft`: a draft model to load even when `needs` asks for
+    none (the runner loads the configured pair, so its provenance names the draft's numeric path).
+    """
+    return load_models(
+        model.target,
+        model.draft if needs.draft_model else draft,
+        device=device,
+        dtype=model.dtype,
+        forward=model.forward,
+        mtp=model.get("mtp") if needs.mtp else None,
+        eagle3=model.get("eagle3") if needs.eagle3 else None,
+        weights=weights,
+        server_binary=server_binary,
+        log_dir=log_dir,
     )

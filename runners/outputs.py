@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.recording import Conversation
+from common.errors import ConfigError
 from common.files import write_atomic
 from engine.stats import GenerationStats
 from export.files import dumps_strict
@@ -95,7 +96,7 @@ def read_raw_rows(path: Path) -> list[SideRun]:
         except json.JSONDecodeError as exc:
             if number == len(lines):
                 break  # the write in flight when the run was killed
-            raise ValueError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
+            raise ConfigError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
         run = side_run_from_row(row)
         if run is not None:
             runs.append(run)

@@ -22,22 +22,22 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from common.units import GIB
-from engine.drafters import drafter_needs
+from engine.drafters import Needs
 from engine.engine import EngineConfig
 from runners.backends import backend_class
+from runners.backends.llama_server_setup import reference_settings
 from runners.cli import CONF_DIR, run_command
 from runners.compare import Comparison
 from runners.concurrency import concurrency_summary
-from runners.config import check_config, register_configs
+from runners.config import check_candidate, register_configs
 from runners.interrupt import GracefulStop
-from runners.models import Models, load_models
+from runners.models import Models, load_for
 from runners.outcomes import SIDES, TaskOutcome
 from runners.outputs import write_outputs
 from runners.plots import save_plots
 from runners.provenance import provenance
 from runners.report import summary_table, table_console
 from runners.runfolder import announce_resume, plan, record_until_stopped
-from runners.server_setup import reference_settings
 from runners.summary import summarize
 from runners.tracking import finish_or_report, make_tracker
 from runners.workload import Workload
@@ -74,13 +74,16 @@ def hardware_block(cfg: DictConfig, device: torch.device, summary: dict[str, Any
 def prepare(
     cfg: DictConfig,
     candidate: EngineConfig | None,
+    needs: Needs,
     *,
     draft: str | None,
     plain: EngineConfig | None = None,
-    mtp: str | None = None,
-    eagle3: str | None = None,
 ) -> tuple[list[Instance], Models, Path, Comparison]:
-    """Instances, loaded models, output folder and the Comparison a command runs (shared by run and eval_model)."""
+    """Instances, loaded models, output folder and the Comparison a command runs (shared by run and eval_model).
+
+    `needs` (the candidate's drafter's, resolved once by check_candidate) says which heads are loaded and which
+    files the backend's settings convert; `draft` is loaded whatever it says (runners.models.load_for).
+    """
     task = cfg.task
     instances = load_suite(task.name, task.split, task.limit, list(task.instance_ids) or None, task.path, task.subset)
     environment = make_environment(task.name, cfg.sandbox.name, OmegaConf.to_container(cfg.sandbox.options))
@@ -89,25 +92,24 @@ def prepare(
     device = cfg.model.device or cfg.hardware.device
     out_dir = Path(cfg.run.root) / cfg.run.name
     backend = backend_class((candidate or plain or EngineConfig()).backend)
-    models = load_models(
-        cfg.model.target,
-        draft,
+    models = load_for(
+        cfg.model,
+        needs,
         device=device,
-        dtype=cfg.model.dtype,
-        forward=cfg.model.forward,
-        mtp=mtp,
-        eagle3=eagle3,
         weights=backend.decodes_in_process,  # a server decodes: no weights in this process
         server_binary=cfg.server.binary,
         log_dir=out_dir / "server-logs",
+        draft=draft,
     )
-    needs = drafter_needs(candidate.drafter) if candidate is not None else None
-    wants_draft, wants_mtp = bool(needs and needs.draft_model), bool(needs and needs.mtp)
-    server = backend.settings_from(
-        cfg, models, out_dir / "server-logs", draft=wants_draft, mtp=wants_mtp, eagle3=bool(needs and needs.eagle3)
-    )
+    settings = backend.settings_from(cfg, models, out_dir / "server-logs", needs)
     workload = Workload.from_config(
-        cfg, models, instances, environment, plain=plain, server=server, baseline_server=reference_settings(cfg, server)
+        cfg,
+        models,
+        instances,
+        environment,
+        plain=plain,
+        server=settings,
+        baseline_server=reference_settings(cfg, settings),
     )
     return instances, models, out_dir, Comparison(workload, candidate, out_dir)
 
@@ -119,18 +121,12 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     summary of the finished task runs is written with `partial: true` (runners/interrupt.py).
     """
     console = console or Console(stderr=True)
-    candidate = check_config(cfg)
+    candidate, drafter = check_candidate(cfg)
     task = cfg.task
     folder = plan(Path(cfg.run.root) / cfg.run.name, cfg)  # reads only: refuse before loading anything
     with GracefulStop(console) as stop:
         with stop.loading():
-            instances, models, out_dir, comparison = prepare(
-                cfg,
-                candidate,
-                draft=cfg.model.draft,
-                mtp=cfg.model.mtp if drafter_needs(candidate.drafter).mtp else None,
-                eagle3=cfg.model.eagle3 if drafter_needs(candidate.drafter).eagle3 else None,
-            )
+            instances, models, out_dir, comparison = prepare(cfg, candidate, drafter.needs, draft=cfg.model.draft)
             config_dict = OmegaConf.to_container(cfg, resolve=True)
             tracker = make_tracker(cfg.tracking.enabled, cfg.tracking.uri, cfg.tracking.experiment, out_dir)
         sides = SIDES if comparison.candidate_engine is not None else ("baseline",)
@@ -138,7 +134,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         comparison.skip = {(o.instance_id, o.repeat) for o in outcomes}
         folder.claim(cfg, outcomes)  # from here on the run folder is this run's
         torch_device = models.target.device
-        if torch_device.type != "cuda" and models.target.model is not None:  # served: server_setup's note
+        if torch_device.type != "cuda" and models.target.model is not None:  # served: llama_server_setup's note
             console.print(
                 f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={cfg.hardware.name} "
                 f"sets only the VRAM ceiling ({cfg.hardware.vram_gib:g} GiB) checked against the memory estimate."

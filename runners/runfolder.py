@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from common.errors import ConfigError
 from common.files import write_atomic
 from runners.interrupt import GracefulStop, until_stopped
 from runners.outcomes import SideRun, TaskOutcome
@@ -42,7 +43,7 @@ PLOTS = (ACCEPTANCE_PNG, TASK_TIMES_PNG)
 NOT_COMPARED = ("run.name", "run.root", "run.resume", "run.overwrite", "run.progress", "tracking")
 
 
-class RunFolderError(ValueError):
+class RunFolderError(ConfigError):
     """The run folder cannot be used as asked (exit 2, one line)."""
 
 

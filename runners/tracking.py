@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from common.errors import ConfigError
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from rich.console import Console
@@ -39,7 +41,7 @@ TRAINING_KIND = "custom_model_development"
 Points = list[tuple[int, float]]  # a metric's (step, value) pairs
 
 
-class TrackingConfigError(ValueError):
+class TrackingConfigError(ConfigError):
     """The tracking configuration cannot work (bad URI, unreachable backend, deleted experiment)."""
 
 

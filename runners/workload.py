@@ -11,7 +11,6 @@ from typing import Any
 
 from agents.loop import AgentConfig
 from engine.engine import EngineConfig
-from runners.backends import ServerSettings
 from runners.config import agent_config
 from runners.models import Models
 from tasks.environment import TaskEnvironment
@@ -30,10 +29,12 @@ class Workload:
     warmup: bool = True  # an untimed warm-up before the first measured run
     model_name: str = "model"  # label in trajectories and predictions
     plain: EngineConfig | None = None  # OFF's sampling and backend when there is no candidate (default greedy)
-    server: ServerSettings | None = None  # engine.backend=llama-server: where its servers come from
-    # OFF's own server settings when OFF runs on other weights or KV types than ON (server.reference_*):
+    # The backend's own settings (Backend.settings_from: on llama-server, where its servers come from), handed
+    # to the backend as they are; None: the backend needs none (builtin).
+    server: Any = None
+    # OFF's own backend settings when OFF runs on other weights or KV types than ON (server.reference_*):
     # then ON is measured against that reference live; None: OFF runs on `server` as ON does
-    baseline_server: ServerSettings | None = None
+    baseline_server: Any = None
     concurrency: int = 1  # agents in flight at once, each side (run.concurrency; runners/concurrency.py)
 
     @classmethod
@@ -45,8 +46,8 @@ class Workload:
         environment: TaskEnvironment,
         *,
         plain: EngineConfig | None = None,
-        server: ServerSettings | None = None,
-        baseline_server: ServerSettings | None = None,
+        server: Any = None,
+        baseline_server: Any = None,
     ) -> Workload:
         """The workload a composed runner or tuner config describes (agent limits, repeats, warm-up, model name)."""
         return cls(

@@ -50,6 +50,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from serving.gguf import TYPES, export_gguf, read_json
 from serving.gguf_cache import cache_file
 
@@ -74,7 +75,7 @@ def _tensor_shapes(path: Path) -> dict[str, list[int]]:
         with safe_open(str(path), framework="np") as f:
             return {name: list(f.get_slice(name).get_shape()) for name in f.keys()}
     except Exception as exc:  # safetensors raises several kinds
-        raise ValueError(f"{path}: cannot read it as safetensors ({exc})") from None
+        raise ConfigError(f"{path}: cannot read it as safetensors ({exc})") from None
 
 
 def absolute_d2t(head: str | Path) -> list[int]:
@@ -97,57 +98,57 @@ def check_head(head: str | Path, target: str | Path) -> dict[str, Any]:
     path = head / "config.json"
     t = {**t, **(t.get("text_config") or {})}
     if c.get("num_hidden_layers") != 1:
-        raise ValueError(f"{path}: num_hidden_layers is {c.get('num_hidden_layers')!r}; an EAGLE-3 head has exactly 1")
+        raise ConfigError(f"{path}: num_hidden_layers is {c.get('num_hidden_layers')!r}; an EAGLE-3 head has exactly 1")
     arch = (c.get("architectures") or [None])[0]
     if arch not in ARCHITECTURES:
-        raise ValueError(f"{path}: architectures {c.get('architectures')!r}; expected one of {list(ARCHITECTURES)}")
+        raise ConfigError(f"{path}: architectures {c.get('architectures')!r}; expected one of {list(ARCHITECTURES)}")
     vd = c.get("draft_vocab_size")
     if not isinstance(vd, int) or vd < 1:
-        raise ValueError(f"{path}: draft_vocab_size {vd!r}; the converter needs it to recognise an EAGLE-3 head")
+        raise ConfigError(f"{path}: draft_vocab_size {vd!r}; the converter needs it to recognise an EAGLE-3 head")
     missing = [k for k in ("num_hidden_layers", "hidden_size", "vocab_size") if not isinstance(t.get(k), int)]
     if missing:
-        raise ValueError(f"{target}/config.json: no {', '.join(missing)} (not a Hugging Face model config)")
+        raise ConfigError(f"{target}/config.json: no {', '.join(missing)} (not a Hugging Face model config)")
     layers, ids = t["num_hidden_layers"], c.get("eagle_aux_hidden_state_layer_ids")
     if not (isinstance(ids, list) and len(ids) == 3 and all(isinstance(i, int) and 0 <= i < layers for i in ids)):
-        raise ValueError(
+        raise ConfigError(
             f"{path}: eagle_aux_hidden_state_layer_ids {ids!r} must be three target layer ids in 0..{layers - 1} "
             f"(the inputs of those decoder layers of {target}; the last layer's output, id {layers}, is not "
             "exposed by llama.cpp's Llama graph: the pinned server would read an unwritten buffer)"
         )
     for key, want in (("vocab_size", "vocab_size"), ("hidden_size", "hidden_size")):
         if c.get(key) != t.get(want):
-            raise ValueError(
+            raise ConfigError(
                 f"{path}: {key} {c.get(key)!r} differs from the target's {t.get(want)!r} ({target}/config.json); "
                 "the head uses the target's embedding table and vocabulary"
             )
     if c.get("target_hidden_size", t["hidden_size"]) != t["hidden_size"]:
-        raise ValueError(f"{path}: target_hidden_size {c['target_hidden_size']} is not {target}'s {t['hidden_size']}")
+        raise ConfigError(f"{path}: target_hidden_size {c['target_hidden_size']} is not {target}'s {t['hidden_size']}")
     weights = head / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: no such file ({HEAD_HINT})")
     shapes = _tensor_shapes(weights)
     for name in ("fc.weight", "lm_head.weight", "norm.weight", "midlayer.hidden_norm.weight"):
         if name not in shapes:
-            raise ValueError(f"{weights}: no tensor {name!r} (not an EAGLE-3 head's weights)")
+            raise ConfigError(f"{weights}: no tensor {name!r} (not an EAGLE-3 head's weights)")
     if shapes["lm_head.weight"][0] != vd:
-        raise ValueError(f"{weights}: lm_head.weight has {shapes['lm_head.weight'][0]} rows, draft_vocab_size is {vd}")
+        raise ConfigError(f"{weights}: lm_head.weight has {shapes['lm_head.weight'][0]} rows, draft_vocab_size is {vd}")
     if "d2t" in shapes:
         if shapes["d2t"] != [vd]:
-            raise ValueError(f"{weights}: d2t has shape {shapes['d2t']}, expected [{vd}] (draft_vocab_size)")
+            raise ConfigError(f"{weights}: d2t has shape {shapes['d2t']}, expected [{vd}] (draft_vocab_size)")
         ids_t = absolute_d2t(head)
         bad = [i for i in ids_t if not 0 <= i < t["vocab_size"]]
         if bad or len(set(ids_t)) != len(ids_t):
             why = f"target ids out of 0..{t['vocab_size'] - 1} ({bad[:3]})" if bad else "repeated target ids"
-            raise ValueError(f"{weights}: d2t (offsets: target id = i + d2t[i]) gives {why}")
+            raise ConfigError(f"{weights}: d2t (offsets: target id = i + d2t[i]) gives {why}")
     elif vd != t["vocab_size"]:
-        raise ValueError(f"{weights}: no d2t, yet draft_vocab_size {vd} is not the target's {t['vocab_size']}")
+        raise ConfigError(f"{weights}: no d2t, yet draft_vocab_size {vd} is not the target's {t['vocab_size']}")
     return c
 
 
 def eagle3_gguf(head: str | Path, target: str | Path, out: str | Path, kind: str = "f32") -> Path:
     """Convert the EAGLE-3 head folder `head` (trained on `target`) to a GGUF at `out`; returns it."""
     if kind not in TYPES:
-        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
+        raise ConfigError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
     head, target = Path(head).resolve(), Path(target).resolve()
     check_head(head, target)
     return export_gguf(head, out, kind, extra_args=["--target-model-dir", str(target)])
@@ -157,7 +158,7 @@ def cached_eagle3_gguf(target_path: str | Path, head_path: str | Path, kind: str
     """eagle3_gguf once per (target, head, type), kept in the GGUF cache (serving.gguf_cache.cache_file keys both
     folders' files: an edited head or target is converted again)."""
     if kind not in TYPES:
-        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
+        raise ConfigError(f"unknown GGUF type {kind!r}; allowed: {list(TYPES)}")
     check_head(head_path, target_path)  # a broken folder fails the same way whether or not a file is cached
     out = cache_file("eagle3", [target_path, head_path], kind)
     return out if out.is_file() else eagle3_gguf(head_path, target_path, out, kind)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from common.files import atomic_path
 from serving.gguf_cache import cache_file
 from serving.llama_binary import INSTALL_HINT, build_dir
@@ -71,7 +72,7 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read it as JSON ({exc})") from None
+        raise ConfigError(f"{path}: cannot read it as JSON ({exc})") from None
 
 
 def converter_dir(explicit: str | Path | None = None) -> Path:
@@ -99,7 +100,7 @@ def export_gguf(
     `extra_args`: more converter flags (serving/eagle3_gguf.py: `--target-model-dir TARGET`).
     """
     if kind not in ALL_TYPES:
-        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(ALL_TYPES)}")
+        raise ConfigError(f"unknown GGUF type {kind!r}; allowed: {list(ALL_TYPES)}")
     model, out = Path(model), Path(out)
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
@@ -130,7 +131,7 @@ def cached_gguf(model: str | Path, kind: str = "f32", *, converter: str | Path |
     A llama-quantize type starts from the cached f32 when there is one, else from a temporary f32.
     """
     if kind not in ALL_TYPES:
-        raise ValueError(f"unknown GGUF type {kind!r}; allowed: {list(ALL_TYPES)}")
+        raise ConfigError(f"unknown GGUF type {kind!r}; allowed: {list(ALL_TYPES)}")
     model = Path(model).resolve()
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.gguf:
             if args.type not in QUANT_TYPES:
-                raise ValueError(f"--gguf takes a llama-quantize type; allowed: {list(QUANT_TYPES)}")
+                raise ConfigError(f"--gguf takes a llama-quantize type; allowed: {list(QUANT_TYPES)}")
             print(quantize_gguf(args.gguf, args.out, args.type, allow_requantize=args.allow_requantize))
         else:
             print(export_gguf(args.model, args.out, args.type, pre=args.pre, converter=args.converter))

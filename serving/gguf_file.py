@@ -20,13 +20,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
+
 # llama.cpp's token types (gguf.TokenType): CONTROL tokens are the special ones a reply's text skips.
 _CONTROL = 3
 # The tokenizer.ggml.* ids that end a generation in llama.cpp (llama_vocab::is_eog): eos, eot and eom.
 _END_KEYS = ("eos_token_id", "eot_token_id", "eom_token_id")
 
 
-class GgufError(ValueError):
+class GgufError(ConfigError):
     """A file that is not a readable GGUF (missing, truncated, another format); the message names it."""
 
 

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from common.units import GIB
 from serving.gguf_file import GgufError, GgufInfo, read_gguf, scan
 
@@ -53,10 +54,10 @@ _HARD_CODED_SWA = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2}
 def kv_row_bytes(cache_type: str, values: int) -> int:
     """Bytes of `values` cache values (one K or V row) stored as `cache_type`; ValueError naming the allowed."""
     if cache_type not in KV_BLOCKS:
-        raise ValueError(f"unknown KV cache type {cache_type!r}; llama-server allows: {', '.join(KV_BLOCKS)}")
+        raise ConfigError(f"unknown KV cache type {cache_type!r}; llama-server allows: {', '.join(KV_BLOCKS)}")
     block, size = KV_BLOCKS[cache_type]
     if values % block:
-        raise ValueError(f"a {cache_type} row holds a multiple of {block} values, not {values}")
+        raise ConfigError(f"a {cache_type} row holds a multiple of {block} values, not {values}")
     return values // block * size
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cache import cache_root
+from common.errors import ConfigError
 from common.files import write_atomic
 from serving.llama_binary import LlamaBinary, find_llama_server
 
@@ -88,14 +89,14 @@ def parse_help(text: str, binary: str = "?") -> Capabilities:
     flags = frozenset(name for names, _, _ in entries for name in names)
     spec = next((entry for entry in entries if SPEC_TYPE in entry[0]), None)
     if spec is None:
-        raise ValueError(
+        raise ConfigError(
             f"{binary}: its --help has no {SPEC_TYPE} (an old llama.cpp build without speculative types; "
             "spectune needs a release with --spec-type, e.g. python -m serving.llama_install)"
         )
     _, hint, description = spec
     kinds = _hint_values(hint) or _description_values(description)
     if not kinds:
-        raise ValueError(f"{binary}: its --help lists {SPEC_TYPE} but no kinds it takes (hint {hint!r})")
+        raise ConfigError(f"{binary}: its --help lists {SPEC_TYPE} but no kinds it takes (hint {hint!r})")
     return Capabilities(tuple(dict.fromkeys(kinds)), flags, binary)
 
 

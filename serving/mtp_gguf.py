@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from serving.gguf import TYPES, export_gguf, read_json
 from serving.gguf_cache import cache_file
 
@@ -45,7 +46,7 @@ def _rope_theta(config: dict[str, Any]) -> float:
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind not in ("default", None):
-        raise ValueError(f"rope type {kind!r}: only plain RoPE maps onto mimo2 here")
+        raise ConfigError(f"rope type {kind!r}: only plain RoPE maps onto mimo2 here")
     return float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
 
 
@@ -53,18 +54,18 @@ def check_pair(target: Path, mtp: Path) -> tuple[dict[str, Any], dict[str, Any]]
     """The target's and the module's configs, after checking they can be written as one mimo2 model."""
     t, m = read_json(target / "config.json"), read_json(mtp / "config.json")
     if t.get("model_type") != "llama":
-        raise ValueError(f"{target}: model_type {t.get('model_type')!r}; the mimo2 export takes a Llama target")
+        raise ConfigError(f"{target}: model_type {t.get('model_type')!r}; the mimo2 export takes a Llama target")
     if t.get("attention_bias") or t.get("mlp_bias"):
-        raise ValueError(f"{target}: biases in attention or MLP have no place in mimo2")
+        raise ConfigError(f"{target}: biases in attention or MLP have no place in mimo2")
     if m.get("draft_vocab_size"):
-        raise ValueError(f"{mtp}: a draft vocabulary (draft_vocab_size={m['draft_vocab_size']}) cannot be expressed")
+        raise ConfigError(f"{mtp}: a draft vocabulary (draft_vocab_size={m['draft_vocab_size']}) cannot be expressed")
     differs = [k for k in _SHAPE_KEYS if (m.get("target") or {}).get(k) != t.get(k)]
     if differs:
-        raise ValueError(f"{mtp}: trained for another target ({', '.join(differs)} differ from {target})")
+        raise ConfigError(f"{mtp}: trained for another target ({', '.join(differs)} differ from {target})")
     if float(m["rms_norm_eps"]) != float(t["rms_norm_eps"]):
-        raise ValueError("the module's RMSNorm eps differs from the target's; mimo2 has one eps for every norm")
+        raise ConfigError("the module's RMSNorm eps differs from the target's; mimo2 has one eps for every norm")
     if int(m["intermediate_size"]) != int(t["intermediate_size"]):
-        raise ValueError("the module's MLP width differs from the target's; mimo2's MTP layer takes the trunk's")
+        raise ConfigError("the module's MLP width differs from the target's; mimo2's MTP layer takes the trunk's")
     _rope_theta(t)
     return t, m
 

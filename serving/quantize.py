@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from common.errors import ConfigError
 from common.files import atomic_path
 from serving.gguf_cache import cache_file
 from serving.llama_binary import build_dir, foreign_build
@@ -41,7 +42,7 @@ QUANT_TYPES = (
 def check_type(kind: str) -> str:
     """`kind` as llama-quantize's name (uppercase); ValueError listing the allowed ones."""
     if kind not in QUANT_TYPES:
-        raise ValueError(f"unknown quantized GGUF type {kind!r}; allowed: {list(QUANT_TYPES)}")
+        raise ConfigError(f"unknown quantized GGUF type {kind!r}; allowed: {list(QUANT_TYPES)}")
     return kind.upper()
 
 

@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from serving.gguf_file import GgufInfo, read_gguf, token_strings
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
@@ -109,7 +110,7 @@ class ServerTokenizer:
 
         template = chat_template or self.chat_template
         if not template:
-            raise ValueError(f"{self.path}: the GGUF has no tokenizer.chat_template and none was given")
+            raise ConfigError(f"{self.path}: the GGUF has no tokenizer.chat_template and none was given")
         rendered, _ = render_jinja_template(
             [messages], chat_template=template, add_generation_prompt=add_generation_prompt, **self._special_text()
         )

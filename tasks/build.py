@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
+from common.errors import ConfigError
 from tasks.evaluation import parse_outcomes
 from tasks.sandbox import make_sandbox
 from tasks.schema import Instance
@@ -338,9 +339,9 @@ def build(
     if update:
         old = json.loads((out / "manifest.json").read_text())
         if old["seed"] != seed:
-            raise ValueError(f"--update needs the suite's own seed {old['seed']}, got {seed}")
+            raise ConfigError(f"--update needs the suite's own seed {old['seed']}, got {seed}")
         if old.get("version", "1") != SUITE_VERSION:  # v1 instances show whole tests: no mixing
-            raise ValueError(
+            raise ConfigError(
                 f"--update cannot mix versions: {out} holds v{old.get('version', '1')}, this builds v{SUITE_VERSION}"
             )
         for split in SPLITS:
@@ -409,9 +410,9 @@ def build_probe(
 ) -> dict:
     """Build `count` fresh instances at sites the suite in `suite_root` never uses into `out`; returns the manifest."""
     if count < 1:
-        raise ValueError(f"probe size must be >= 1, got {count}")
+        raise ConfigError(f"probe size must be >= 1, got {count}")
     if out.resolve() == suite_root.resolve():
-        raise ValueError(f"refusing to write a probe into the suite folder {suite_root}; pass another --out")
+        raise ConfigError(f"refusing to write a probe into the suite folder {suite_root}; pass another --out")
     exclude, suite_hash = suite_sites(suite_root)
     projects = projects or list_projects()
     order = probe_order(seed, projects, families, exclude)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from tasks.evaluation import EvaluationResult, evaluate
 from tasks.sandbox import Sandbox, make_sandbox
 from tasks.schema import Instance
@@ -47,12 +48,12 @@ def materializer(suite: str) -> Callable[[Instance, Path], Path]:
 
         return materialize
     if suite == "swe-bench-lite":
-        raise ValueError(
+        raise ConfigError(
             "task=swe-bench-lite: agent runs need each instance's repository at its base commit inside the "
             "SWE-bench per-instance docker image; agent workspaces there are not wired yet (loading and "
             "evaluation are: tasks/suites.py, tasks/swebench_eval.py). Use task=swe-lite for agent runs."
         )
-    raise ValueError(f"unknown suite {suite!r}; choose one of: swe-lite, swe-bench-lite")
+    raise ConfigError(f"unknown suite {suite!r}; choose one of: swe-lite, swe-bench-lite")
 
 
 def make_environment(

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.errors import ConfigError
+
 SWE_BENCH_FIELDS = (
     "instance_id",
     "repo",
@@ -37,9 +39,9 @@ def _decode_ids(value: Any, name: str, instance_id: str) -> list[str]:
     try:
         ids = json.loads(value)
     except (TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{instance_id}: {name} is not a JSON list of test ids: {value!r}") from exc
+        raise ConfigError(f"{instance_id}: {name} is not a JSON list of test ids: {value!r}") from exc
     if not isinstance(ids, list):
-        raise ValueError(f"{instance_id}: {name} must encode a list, got {type(ids).__name__}")
+        raise ConfigError(f"{instance_id}: {name} must encode a list, got {type(ids).__name__}")
     return [str(v) for v in ids]
 
 
@@ -67,7 +69,7 @@ class Instance:
         """Build from a SWE-bench-style record (test-id lists may be JSON strings or lists)."""
         missing = [k for k in ("instance_id", "repo", "base_commit", "problem_statement") if not rec.get(k)]
         if missing:
-            raise ValueError(f"record {rec.get('instance_id', '?')!r} lacks required field(s) {missing}")
+            raise ConfigError(f"record {rec.get('instance_id', '?')!r} lacks required field(s) {missing}")
         iid = str(rec["instance_id"])
         return cls(
             instance_id=iid,

@@ -23,6 +23,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from common.errors import ConfigError
 from tasks.schema import Instance
 
 log = logging.getLogger(__name__)
@@ -138,17 +139,17 @@ def _select(
     records: list[dict], limit: int | None, instance_ids: list[str] | None, where: str, subset: str = "first"
 ) -> list[Instance]:
     if subset not in SUBSETS:
-        raise ValueError(f"unknown subset {subset!r}; allowed: {list(SUBSETS)}")
+        raise ConfigError(f"unknown subset {subset!r}; allowed: {list(SUBSETS)}")
     instances = [Instance.from_record(r) for r in records]
     if instance_ids:
         wanted = set(instance_ids)
         unknown = sorted(wanted - {i.instance_id for i in instances})
         if unknown:
-            raise ValueError(f"unknown instance id(s) {unknown[:5]} in {where}")
+            raise ConfigError(f"unknown instance id(s) {unknown[:5]} in {where}")
         instances = [i for i in instances if i.instance_id in wanted]
     if limit is not None:
         if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+            raise ConfigError(f"limit must be >= 1, got {limit}")
         instances = instances[:limit] if subset == "first" else spread(instances, limit)
     return instances
 
@@ -219,7 +220,7 @@ def swe_lite_root(path: str | None, split: str) -> Path:
     p = Path(path).expanduser()
     if p.suffix == ".jsonl":
         if p.stem != split:
-            raise ValueError(f"task.path {p} holds the {p.stem!r} split but split={split!r}; pass split={p.stem}")
+            raise ConfigError(f"task.path {p} holds the {p.stem!r} split but split={split!r}; pass split={p.stem}")
         return p.parent
     return p
 
@@ -235,7 +236,7 @@ def load_swe_lite(
 
     manifest = verify_swe_lite(root)
     if split not in manifest["counts"]:
-        raise ValueError(f"unknown swe-lite split {split!r}; allowed: {sorted(manifest['counts'])}")
+        raise ConfigError(f"unknown swe-lite split {split!r}; allowed: {sorted(manifest['counts'])}")
     path = root / f"{split}.jsonl"
     if path.name not in manifest["files"]:
         raise SuiteFileError(f"{root / 'manifest.json'} counts the split {split!r} but lists no file {path.name}")
@@ -280,7 +281,7 @@ def load_swe_bench_lite(
     from datasets import Dataset, load_dataset, load_from_disk
 
     if split not in SWE_BENCH_LITE_SPLITS:
-        raise ValueError(f"unknown swe-bench-lite split {split!r}; allowed: {list(SWE_BENCH_LITE_SPLITS)}")
+        raise ConfigError(f"unknown swe-bench-lite split {split!r}; allowed: {list(SWE_BENCH_LITE_SPLITS)}")
     if path:
         p = Path(path).expanduser()
         if not p.exists():
@@ -291,7 +292,7 @@ def load_swe_bench_lite(
         else:
             kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(p.suffix)
             if kind is None:
-                raise ValueError(f"swe-bench-lite: unsupported file type {p.suffix!r} (use .jsonl, .json or .parquet)")
+                raise ConfigError(f"swe-bench-lite: unsupported file type {p.suffix!r} (use .jsonl, .json or .parquet)")
             if p.suffix == ".jsonl":
                 check_jsonl(p)  # names the file and line of a malformed record
             _quiet_datasets()
@@ -341,4 +342,4 @@ def load_suite(
         return load_swe_lite(split, limit, instance_ids, swe_lite_root(path, split), subset)
     if name == "swe-bench-lite":
         return load_swe_bench_lite(split, limit, instance_ids, path, subset)
-    raise ValueError(f"unknown suite {name!r}; allowed: {list(SUITES)}")
+    raise ConfigError(f"unknown suite {name!r}; allowed: {list(SUITES)}")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from common.errors import ConfigError
 from tasks.evaluation import EvaluationResult, evaluate
 from tasks.sandbox.base import SandboxError
 from tasks.schema import Instance
@@ -90,7 +91,7 @@ def make_spec(instance: Instance, *, namespace: str | None = None, tag: str = "l
     versions = MAP_REPO_VERSION_TO_SPECS.get(instance.repo)
     if versions is None or instance.version not in versions:
         known = f"versions {sorted(versions)}" if versions else "no versions at all"
-        raise ValueError(
+        raise ConfigError(
             f"{instance.instance_id}: swebench {SWEBENCH_VERSION} has no test specs for {instance.repo} "
             f"version {instance.version!r} ({known})"
         )
@@ -286,4 +287,4 @@ def make_evaluator(
         return swe_lite
     if suite == "swe-bench-lite":
         return functools.partial(evaluate_swebench, timeout=timeout or DEFAULT_TIMEOUT_S, client=client)
-    raise ValueError(f"unknown suite {suite!r}; allowed: {list(SUITES)}")
+    raise ConfigError(f"unknown suite {suite!r}; allowed: {list(SUITES)}")

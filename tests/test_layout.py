@@ -88,21 +88,8 @@ def test_the_reader_sees_imports_hidden_in_functions_and_type_checking_blocks(tm
 
 # ---- no circles between files -------------------------------------------------------------------------------------
 
+
 # Circles another branch is removing: each entry is one circle's files. Empty this list when that branch lands.
-CIRCLES_BEING_REMOVED = [
-    # runners/backends/__init__.py -> llama_server.py -> (in settings_from) runners/server_setup.py -> the package's
-    # ServerSettings: the backends refactor moves server_setup.py into runners/backends/, which removes it.
-    {"runners/backends/__init__.py", "runners/backends/llama_server.py", "runners/server_setup.py"},
-]
-# Circles nobody is removing yet, each with the change that would: kept here so the check guards everything else.
-CIRCLES_STILL_TO_REMOVE = [
-    # The drafter registry imports combined.py for CombinedDrafter; combined.py looks its children's classes up in the
-    # registry (in _child_classes). Removed when the registry hands a combination its children's classes (the
-    # drafter-resolution refactor owns engine/drafters/__init__.py).
-    {"engine/drafters/__init__.py", "engine/drafters/combined.py"},
-]
-
-
 def module_files(root: Path, packages: list[str]) -> dict[str, Path]:
     """Dotted module name -> its file, for every module of `packages` under `root` (the fixture projects left out)."""
     found: dict[str, Path] = {}
@@ -187,11 +174,8 @@ def test_no_files_import_each_other_in_a_circle():
     packages = [name for name, _ in layout()]
     graph = import_graph(PROJECT, packages)
     found = circles(graph)
-    known = CIRCLES_BEING_REMOVED + CIRCLES_STILL_TO_REMOVE
-    new = [describe(c, graph) for c in found if c not in known]
+    new = [describe(c, graph) for c in found]
     assert not new, "files that import each other (move what both need into a file of its own):\n" + "\n".join(new)
-    gone = [sorted(c) for c in known if c not in found]
-    assert not gone, f"a known circle is gone: take it out of CIRCLES_BEING_REMOVED / CIRCLES_STILL_TO_REMOVE: {gone}"
 
 
 def test_the_circle_check_finds_a_planted_circle_wherever_its_imports_stand(tmp_path):

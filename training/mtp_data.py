@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from common.errors import ConfigError
 from common.files import atomic_path
 from engine.forward import tap_hooks
 from engine.heads import fingerprint, target_config, weights_probe
@@ -82,11 +83,11 @@ def load_trajectories(folder: Path) -> list[dict]:
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not JSON ({exc})") from None
+            raise ConfigError(f"{path}: not JSON ({exc})") from None
         if isinstance(data, dict) and "messages" in data:
             out.append(data)
     if not out:
-        raise ValueError(f"{folder}: no agent trajectories (JSON files with 'messages')")
+        raise ConfigError(f"{folder}: no agent trajectories (JSON files with 'messages')")
     return out
 
 

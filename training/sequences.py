@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from agents.prompts import ChatRenderer
+from common.errors import ConfigError
 
 
 @dataclass
@@ -32,7 +33,7 @@ def render(messages: list[dict[str, str]], tokenizer: Any, instance_id: str = ""
     """Ids and reply mask of a conversation (system, user, then alternating assistant and observation)."""
     renderer = ChatRenderer(tokenizer)
     if [m["role"] for m in messages[:2]] != ["system", "user"]:
-        raise ValueError(f"{instance_id}: a trajectory starts with system and user messages")
+        raise ConfigError(f"{instance_id}: a trajectory starts with system and user messages")
     ids = renderer.first(messages[:2])
     mask = [False] * len(ids)
     turns = []

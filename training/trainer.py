@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common.errors import ConfigError
 from common.files import atomic_path
 from training.sequences import Sequence
 
@@ -125,7 +126,7 @@ def train(
     if checkpoint.is_file():
         state = torch.load(checkpoint, weights_only=False)
         if state["config"] != asdict(config):
-            raise ValueError(f"{checkpoint} was written with another training config; remove it to start over")
+            raise ConfigError(f"{checkpoint} was written with another training config; remove it to start over")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])

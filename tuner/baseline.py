@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from common.files import write_atomic
 from runners.outcomes import SideRun, TaskOutcome
 from runners.outputs import dumps_strict, raw_row, side_run_from_row
@@ -89,7 +90,7 @@ def load_baseline(study_dir: Path) -> BaselineRecord | None:
             host=data.get("host"),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a spectune baseline ({exc}); delete it to re-measure OFF") from exc
+        raise ConfigError(f"{path}: not a spectune baseline ({exc}); delete it to re-measure OFF") from exc
 
 
 def record_from_outcomes(

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 
 from common.units import GIB
-from engine.drafters import drafter_needs, drafter_state_bytes_per_token
+from engine.drafters import resolve_drafter
 from engine.engine import Engine, EngineConfig
 from engine.kv import capacity_bound
 from engine.memory import (
@@ -115,7 +115,7 @@ def served_memory_facts(server: Any, *, vram_gib: float, overhead_gib: float = 0
 
 def served_memory_figures(config: EngineConfig, facts: ServedMemoryFacts, needed_context: int) -> dict[str, Any]:
     """memory_figures for a llama-server trial: the files the configuration loads, at the KV types it runs."""
-    needs = drafter_needs(config.drafter)
+    needs = resolve_drafter(config.drafter).needs
     kwargs = {
         "slots": facts.sessions,
         "cache_type_k": facts.cache_type_k,
@@ -154,8 +154,8 @@ def memory_figures(config: EngineConfig, facts: MemoryFacts | ServedMemoryFacts,
     """
     if isinstance(facts, ServedMemoryFacts):
         return served_memory_figures(config, facts, needed_context)
-    options, _ = Engine.validate(config)
-    needs = drafter_needs(config.drafter, options)
+    drafter, _ = Engine.validate(config)
+    needs = drafter.needs
     draft = facts.draft if needs.draft_model else None
     kwargs = {
         "dtype": facts.dtype,
@@ -165,7 +165,7 @@ def memory_figures(config: EngineConfig, facts: MemoryFacts | ServedMemoryFacts,
         "overhead_bytes": facts.overhead_bytes,
         "drafter_weight_bytes": (facts.mtp_weight_bytes if needs.mtp else 0)
         + (facts.eagle3_weight_bytes if needs.eagle3 else 0),
-        "drafter_bytes_per_token": drafter_state_bytes_per_token(config.drafter, options, facts.target, facts.dtype),
+        "drafter_bytes_per_token": drafter.state_bytes_per_token(facts.target, facts.dtype),
         "sessions": facts.sessions,
     }
     estimate = estimate_memory(facts.target, context=capacity_bound(needed_context), **kwargs)

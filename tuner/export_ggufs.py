@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from common.cache import cache_root
-from engine.drafters import drafter_needs
+from common.errors import ConfigError
+from engine.drafters import resolve_drafter
 from engine.engine import EngineConfig
 from runners.models import PROJECT_ROOT, resolve_model_path
 from serving.eagle3_gguf import cached_eagle3_gguf
@@ -47,7 +48,7 @@ def bundled_ggufs(engine: EngineConfig, paths: dict[str, str | None], kind: str 
     No converter here (python -m serving.llama_install not run) or a folder that is not bundled: that role
     keeps its placeholder.
     """
-    needs = drafter_needs(engine.drafter)
+    needs = resolve_drafter(engine.drafter).needs
     paths = {role: resolve_model_path(path) if path else None for role, path in paths.items()}
     target = paths.get("target")
     if not is_bundled(target):
@@ -63,6 +64,7 @@ def bundled_ggufs(engine: EngineConfig, paths: dict[str, str | None], kind: str 
     for role, make in jobs.items():
         try:
             made[role] = str(make())
-        except (FileNotFoundError, RuntimeError, ValueError):  # no converter: the placeholder stays
+        # no converter, or a file it refuses: the placeholder stays (any other error is a bug and propagates)
+        except (FileNotFoundError, RuntimeError, ConfigError):
             return made
     return made

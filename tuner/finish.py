@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 
+from common.errors import ConfigError
 from common.files import write_atomic
 from engine.drafters import drafter_needs
 from engine.engine import EngineConfig
@@ -401,7 +402,7 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     with GracefulStop(console) as stop:
         setup = prepare(cfg)
         if len(setup.tuner.levels) != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"tuner.concurrency={list(setup.tuner.levels)}: name the one level whose study to finish, e.g. "
                 f"tuner.concurrency=[{setup.tuner.levels[-1]}]"
             )
@@ -415,15 +416,15 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         try:
             study = optuna.load_study(study_name=setup.study.name, storage=storage)
         except KeyError:
-            raise ValueError(f"no study {setup.study.name!r} in {setup.storage_description}") from None
+            raise ConfigError(f"no study {setup.study.name!r} in {setup.storage_description}") from None
         if load_baseline(setup.study_dir) is None:
-            raise ValueError(f"study {setup.study.name!r} has no recording yet (baseline.json): nothing to finish")
+            raise ConfigError(f"study {setup.study.name!r} has no recording yet (baseline.json): nothing to finish")
         running = others_running(study)
         if running:
             console.print(f"[yellow]note:[/] trial(s) {[t.number for t in running]} still running are left out")
         token = claim(study, storage)
         if token is None:
-            raise ValueError(f"another process is finishing study {setup.study.name!r} right now")
+            raise ConfigError(f"another process is finishing study {setup.study.name!r} right now")
         tracker = make_study_tracker(
             setup.tracking.enabled, setup.tracking.uri, setup.tracking.experiment, setup.study_dir
         )

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial
 from rich.console import Console
 
+from common.errors import ConfigError
 from tuner import study as studies
 from tuner.baseline import BaselineRecord, load_baseline
 from tuner.objective import Objective
@@ -53,7 +54,7 @@ def check_same_study(study: optuna.Study, fingerprint: dict[str, Any], name: str
         return
     differs = sorted(k for k in set(fingerprint) | set(recorded) if recorded.get(k) != fingerprint.get(k))
     if differs:
-        raise ValueError(
+        raise ConfigError(
             f"study {name!r} was created with other {', '.join(differs)}; keep them or choose another study.name"
         )
 
@@ -112,7 +113,7 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
         + (f"; retrying trial(s) {killed} of a killed process" if killed else "")
         + ("; recording reused from baseline.json" if record is not None else "")
     )
-    if w.models.target.device.type != "cuda" and setup.server is None:  # a server's build: server_setup's note
+    if w.models.target.device.type != "cuda" and setup.server is None:  # a server's build: llama_server_setup's note
         console.print(
             f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={setup.names['hardware']} "
             f"sets only the VRAM ceiling ({setup.names['vram_gib']} GiB) checked against the memory model."

@@ -17,7 +17,8 @@ from typing import Any
 
 import optuna
 
-from engine.drafters import drafter_needs
+from common.errors import ConfigError
+from engine.drafters import resolve_drafter
 from engine.engine import EngineConfig
 from runners.backends import ServerSettings
 from serving.gguf_checks import check_same_vocabulary
@@ -62,9 +63,11 @@ def study_choices(targets: list[str], cache_types: list[str], server: ServerSett
         reference = (str(server.target_gguf), server.cache_type_k) if server else ("", "f16")
         return Choices((reference[0],), (reference[1],))
     if server is None:
-        raise ValueError("tuner.targets / tuner.cache_types choose llama-server files: add engine.backend=llama-server")
+        raise ConfigError(
+            "tuner.targets / tuner.cache_types choose llama-server files: add engine.backend=llama-server"
+        )
     if server.cache_type_k != server.cache_type_v:
-        raise ValueError("tuner.cache_types sets K and V alike: give server.cache_type_k = server.cache_type_v")
+        raise ConfigError("tuner.cache_types sets K and V alike: give server.cache_type_k = server.cache_type_v")
     reference = read_gguf(server.target_gguf)
     files = [str(server.target_gguf)]
     for name in targets:
@@ -75,7 +78,7 @@ def study_choices(targets: list[str], cache_types: list[str], server: ServerSett
     kinds = [server.cache_type_k]
     for kind in cache_types:
         if kind not in KV_TYPES:
-            raise ValueError(f"tuner.cache_types: {kind!r} is not allowed; choose from: {', '.join(KV_TYPES)}")
+            raise ConfigError(f"tuner.cache_types: {kind!r} is not allowed; choose from: {', '.join(KV_TYPES)}")
         if kind not in kinds:
             kinds.append(kind)
     return Choices(tuple(files), tuple(kinds))
@@ -102,7 +105,7 @@ def of_trial(attrs: dict[str, Any]) -> ServerChoice | None:
 def settings_for(server: ServerSettings, choice: ServerChoice, config: EngineConfig) -> ServerSettings:
     """ON's server settings for `choice`: its file (serving draft-mtp from its own MTP layers) and KV type."""
     path = Path(choice.target)
-    native = drafter_needs(config.drafter).mtp and read_gguf(path).nextn_layers > 0
+    native = resolve_drafter(config.drafter).needs.mtp and read_gguf(path).nextn_layers > 0
     return replace(
         server,
         target_gguf=path,

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from engine.drafters import drafter_needs
+from common.errors import ConfigError
 from engine.engine import EngineConfig
 from export import llama_server as llama_exporter
 from export.fit import server_names
 from runners.backends import ServerSettings, backend_class
 from runners.config import available_heads, check_config
-from runners.models import load_models
+from runners.models import load_for
 from runners.workload import Workload
 from serving.llama_binary import LlamaServerMissing, find_llama_server
 from serving.llama_capabilities import Capabilities, probe
@@ -143,14 +143,14 @@ def _copy(data: Any) -> Any:
 
 def _choice(value: Any, allowed: tuple[str, ...], key: str) -> None:
     if value not in allowed:
-        raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
 def concurrency_levels(value: Any) -> tuple[int, ...]:
     """`tuner.concurrency` as sorted distinct levels; ValueError unless every item is a whole number >= 1."""
     items = [value] if isinstance(value, int) else list(value or [])
     if not items or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in items):
-        raise ValueError(f"tuner.concurrency={value!r}: a list of agents-at-once levels, each >= 1 (e.g. [1, 4])")
+        raise ConfigError(f"tuner.concurrency={value!r}: a list of agents-at-once levels, each >= 1 (e.g. [1, 4])")
     return tuple(sorted(set(items)))
 
 
@@ -189,7 +189,7 @@ def serve_list(value: Any) -> tuple[str, ...]:
     for item in items:
         name = known.get(str(item).lower())
         if name is None:
-            raise ValueError(f"tuner.serve={item!r} is not a server; choose from: {', '.join(known)}")
+            raise ConfigError(f"tuner.serve={item!r} is not a server; choose from: {', '.join(known)}")
         out.append(name)
     return tuple(dict.fromkeys(out))
 
@@ -202,7 +202,7 @@ def resolve_clock(setting: str, device: str, decodes_in_process: bool = True) ->
     sees). ValueError for `cpu` where another process decodes: every candidate would read the same ~1.000x."""
     if not decodes_in_process:
         if setting == "cpu":
-            raise ValueError(
+            raise ConfigError(
                 "tuner.clock=cpu reads this process's CPU seconds, but with this engine.backend another process "
                 "(the server) does the decoding, so every speedup would read ~1.000x; use tuner.clock=wall (or auto)"
             )
@@ -221,19 +221,19 @@ def check(cfg: DictConfig) -> EngineConfig:
         if cfg.server.get(k) is not None
     ]
     if given:
-        raise ValueError(
+        raise ConfigError(
             f"{', '.join(given)}: a study measures ON and OFF on one file and KV type (its recording is replayed); "
             "compare files with python -m runners.run, or tune each file in its own study"
         )
     t, s = cfg.tuner, cfg.study
     if t.trials < 0:
-        raise ValueError(f"tuner.trials must be >= 0, got {t.trials}")
+        raise ConfigError(f"tuner.trials must be >= 0, got {t.trials}")
     if t.confirm_repeats < 1:
-        raise ValueError(f"tuner.confirm_repeats must be >= 1, got {t.confirm_repeats}")
+        raise ConfigError(f"tuner.confirm_repeats must be >= 1, got {t.confirm_repeats}")
     if t.timeout_s is not None and t.timeout_s <= 0:
-        raise ValueError(f"tuner.timeout_s must be positive or null, got {t.timeout_s}")
+        raise ConfigError(f"tuner.timeout_s must be positive or null, got {t.timeout_s}")
     if s.heartbeat_interval < 1:
-        raise ValueError(f"study.heartbeat_interval must be >= 1 s, got {s.heartbeat_interval}")
+        raise ConfigError(f"study.heartbeat_interval must be >= 1 s, got {s.heartbeat_interval}")
     _choice(t.measure, MEASURES, "tuner.measure")
     _choice(t.clock, ("auto", *CLOCKS), "tuner.clock")
     resolve_clock(t.clock, "cpu", backend_class(cfg.engine.backend).decodes_in_process)  # a cpu clock for a server
@@ -242,23 +242,23 @@ def check(cfg: DictConfig) -> EngineConfig:
     _choice(s.sampler, SAMPLERS, "study.sampler")
     serve_list(t.serve)
     if cfg.run.concurrency != 1:
-        raise ValueError(
+        raise ConfigError(
             f"run.concurrency={cfg.run.concurrency}: the tuner's levels are tuner.concurrency (a list, e.g. "
             f"tuner.concurrency=[1,{cfg.run.concurrency}]: one study per level)"
         )
     levels = concurrency_levels(t.concurrency)
     if t.measure == "replay" and any(level > 1 for level in levels):
-        raise ValueError(
+        raise ConfigError(
             "tuner.measure=replay with a tuner.concurrency level above 1: replay sends one agent's recorded turns; "
             "several agents at once are measured live (tuner.measure=auto does that per level)"
         )
     if t.measure == "replay" and cfg.space.allow_lossy:
-        raise ValueError(
+        raise ConfigError(
             "tuner.measure=replay with space.allow_lossy=true: a lossy candidate may change OFF's tokens, so it "
             "cannot be replayed; use tuner.measure=auto (lossy candidates run live) or live"
         )
     if t.measure == "replay" and base.temperature > 0:
-        raise ValueError(
+        raise ConfigError(
             f"tuner.measure=replay needs greedy decoding (engine.temperature=0, got {base.temperature}): a sampled "
             "candidate does not reproduce OFF's tokens; use tuner.measure=auto or live"
         )
@@ -269,15 +269,16 @@ def server_capabilities(cfg: DictConfig, backend: str) -> Capabilities | None:
     """The kinds of the llama-server a llama-server study runs (probed, printed in one line); None on other backends.
 
     The space then offers only drafters whose exported --spec-type that binary has (a user's own build may
-    lack some). A missing binary is the runner's one-line input error (runners.server_setup), only earlier.
+    lack some). A missing binary is the runner's one-line input error (runners.backends.llama_server_setup), only
+    earlier.
     """
     if backend_class(backend).export_target != llama_exporter.TARGET:
         return None
     try:
         binary = find_llama_server(cfg.server.binary)
         caps = probe(binary)
-    except (LlamaServerMissing, RuntimeError, ValueError) as exc:
-        raise ValueError(f"engine.backend={backend}: {exc}") from None
+    except (LlamaServerMissing, RuntimeError, ConfigError) as exc:
+        raise ConfigError(f"engine.backend={backend}: {exc}") from None
     print(f"llama-server {caps.binary}: --spec-type kinds {', '.join(caps.spec_types)}")
     return caps
 
@@ -309,27 +310,19 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     study_dir = Path(cfg.run.root) / cfg.study.name
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
-    needs = [drafter_needs(name) for name in space.drafters]
-    draft = cfg.model.draft if any(n.draft_model for n in needs) else None
+    # What the offered drafters need together (load_space left out those whose heads are missing): the heads
+    # loaded once here and the files the backend converts once.
+    needs = space.needs
     backend = backend_class(base.backend)
-    models = load_models(
-        cfg.model.target,
-        draft,
+    models = load_for(
+        cfg.model,
+        needs,
         device=cfg.model.device or cfg.hardware.device,
-        dtype=cfg.model.dtype,
-        forward=cfg.model.forward,
-        mtp=cfg.model.get("mtp") if any(n.mtp for n in needs) else None,
-        eagle3=cfg.model.get("eagle3") if any(n.eagle3 for n in needs) else None,
         weights=backend.decodes_in_process,  # a server decodes: no weights in this process
         server_binary=cfg.server.binary,
         log_dir=study_dir / "server-logs",
     )
-    wants_draft = any(n.draft_model for n in needs) and heads.draft
-    wants_mtp = any(n.mtp for n in needs) and heads.mtp
-    wants_eagle3 = any(n.eagle3 for n in needs) and heads.eagle3
-    server = backend.settings_from(
-        cfg, models, study_dir / "server-logs", draft=wants_draft, mtp=wants_mtp, eagle3=wants_eagle3
-    )
+    server = backend.settings_from(cfg, models, study_dir / "server-logs", needs)
     workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
     fingerprint: dict[str, Any] = {
         "tasks": [i.instance_id for i in instances],
@@ -344,7 +337,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     choices = server_choice.study_choices(list(cfg.tuner.targets), list(cfg.tuner.cache_types), server)
     if choices.any:  # other files or KV types are other trials: another study
         fingerprint["choices"] = {"targets": list(choices.targets), "cache_types": list(choices.cache_types)}
-    if any(n.server_draft for n in needs) and server is not None and server.dflash_gguf:
+    if needs.server_draft and server is not None and server.dflash_gguf:
         fingerprint["dflash_gguf"] = str(server.dflash_gguf)  # another draft is another study
     t, s, tr = cfg.tuner, cfg.study, cfg.tracking
     return TuneSetup(

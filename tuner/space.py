@@ -21,14 +21,16 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from common.errors import ConfigError
 from engine.acceptance import ACCEPTANCE_RULES, acceptance_options_class
 from engine.drafters import (
     COMBINED_EXAMPLES,
     DRAFTERS,
+    DrafterSpec,
+    Needs,
     build_drafter_options,
-    drafter_needs,
     drafter_option_keys,
-    is_known_drafter,
+    resolve_drafter,
 )
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GAMMA_POLICIES
@@ -40,7 +42,7 @@ from serving.llama_capabilities import lacks_reason
 
 ENGINE_KNOBS = ("gamma", "gamma_policy", "max_gamma", "confidence")
 # Drafters whose proposals come from a model; only they (or a combination with one) may use `confidence`.
-MODEL_DRAFTERS = frozenset(name for name in DRAFTERS if drafter_needs(name).distribution)
+MODEL_DRAFTERS = frozenset(name for name in DRAFTERS if resolve_drafter(name).needs.distribution)
 BASELINE = "none"  # speculation OFF is the study's trial 0, never a candidate
 
 
@@ -76,6 +78,8 @@ class Space:
     acceptance: dict[str, dict[str, Knob]] = field(default_factory=dict)
     allow_lossy: bool = False
     left_out: dict[str, str] = field(default_factory=dict)  # drafter -> why it is not offered
+    # what the offered drafters need together (their union): the heads a study loads and converts once
+    needs: Needs = field(default_factory=Needs)
 
     @property
     def params(self) -> list[str]:
@@ -89,15 +93,15 @@ class Space:
 def _knob(name: str, spec: Any, where: str) -> Knob:
     if isinstance(spec, list | tuple):
         if not spec:
-            raise ValueError(f"space {where}.{name}: an empty list of choices")
+            raise ConfigError(f"space {where}.{name}: an empty list of choices")
         return Knob(name, choices=tuple(spec))
     if isinstance(spec, dict):
         unknown = sorted(set(spec) - {"low", "high", "log", "step"})
         if unknown or "low" not in spec or "high" not in spec:
-            raise ValueError(f"space {where}.{name}: a range is {{low, high[, log, step]}}, got keys {sorted(spec)}")
+            raise ConfigError(f"space {where}.{name}: a range is {{low, high[, log, step]}}, got keys {sorted(spec)}")
         low, high = spec["low"], spec["high"]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or low > high:
-            raise ValueError(f"space {where}.{name}: need numbers with low <= high, got low={low!r} high={high!r}")
+            raise ConfigError(f"space {where}.{name}: need numbers with low <= high, got low={low!r} high={high!r}")
         return Knob(name, low=low, high=high, log=bool(spec.get("log", False)), step=spec.get("step"))
     return Knob(name, fixed=spec)
 
@@ -109,29 +113,30 @@ def _values(knob: Knob) -> list[Any]:
     return [knob.fixed] if knob.low is None else [knob.low, knob.high]
 
 
-def _check_drafter(name: str, knobs: dict[str, Knob]) -> None:
+def _check_drafter(drafter: DrafterSpec, knobs: dict[str, Knob]) -> None:
+    name = drafter.name
     allowed = [*ENGINE_KNOBS, *drafter_option_keys(name)]
     unknown = sorted(set(knobs) - set(allowed))
     if unknown:
-        raise ValueError(f"space drafters.{name}: unknown knob(s) {unknown}; allowed: {allowed}")
+        raise ConfigError(f"space drafters.{name}: unknown knob(s) {unknown}; allowed: {allowed}")
     if "gamma_policy" in knobs:
         for policy in _values(knobs["gamma_policy"]):
             if policy not in GAMMA_POLICIES:
-                raise ValueError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
-            if policy == "confidence" and not drafter_needs(name).distribution:
-                raise ValueError(
+                raise ConfigError(f"space drafters.{name}.gamma_policy: {policy!r}; allowed: {list(GAMMA_POLICIES)}")
+            if policy == "confidence" and not drafter.needs.distribution:
+                raise ConfigError(
                     f"space drafters.{name}.gamma_policy: 'confidence' needs a model drafter "
                     f"({sorted(MODEL_DRAFTERS)}), not {name!r}"
                 )
 
 
 def _missing(
-    name: str, *, has_draft: bool, has_mtp: bool, has_eagle3: bool, has_server_draft: bool, backend: type
+    drafter: DrafterSpec, *, has_draft: bool, has_mtp: bool, has_eagle3: bool, has_server_draft: bool, backend: type
 ) -> str | None:
-    """Why drafter `name` cannot run with this model config and backend (None: it can)."""
-    needs = drafter_needs(name)
+    """Why `drafter` cannot run with this model config and backend (None: it can)."""
+    needs = drafter.needs
     if needs.server_draft:
-        refused = backend.not_runnable(EngineConfig(drafter=name))  # the built-in engine has no DFlash forward
+        refused = backend.not_runnable(EngineConfig(drafter=drafter.name))  # the built-in engine has no DFlash forward
         if refused:
             return refused
         if not has_server_draft:
@@ -165,7 +170,7 @@ def _runnable_choices(name: str, knobs: dict[str, Knob], backend: type) -> tuple
             engine = {knob: value} if knob in ENGINE_KNOBS else {"options": {knob: value}}
             try:
                 why = backend.not_runnable(EngineConfig(drafter=name, **engine))
-            except (ValueError, TypeError):  # a value the engine itself refuses: load_space's checks name it
+            except (ConfigError, TypeError):  # a value the engine itself refuses: load_space's checks name it
                 why = None
             if why:
                 dropped[f"{name}.{knob}={value}"] = why
@@ -204,15 +209,18 @@ def load_space(
     candidates = [*sorted(set(DRAFTERS) - {BASELINE}), f"A+B of them (e.g. {', '.join(COMBINED_EXAMPLES)})"]
     drafters: dict[str, dict[str, Knob]] = {}
     left_out: dict[str, str] = {}
+    needs = Needs()
     for name, knobs_node in drafters_node.items():
         if name == BASELINE:
-            raise ValueError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
-        if not is_known_drafter(name):
-            raise ValueError(f"space drafters.{name}: unknown drafter; allowed: {candidates}")
+            raise ConfigError(f"space drafters.{BASELINE}: speculation OFF is always measured (trial 0); remove it")
+        try:
+            drafter = resolve_drafter(name)
+        except ConfigError:
+            raise ConfigError(f"space drafters.{name}: unknown drafter; allowed: {candidates}") from None
         knobs = drafter_knobs(name, knobs_node)
-        _check_drafter(name, knobs)
+        _check_drafter(drafter, knobs)
         why = _missing(
-            name,
+            drafter,
             has_draft=has_draft,
             has_mtp=has_mtp,
             has_eagle3=has_eagle3,
@@ -234,16 +242,17 @@ def load_space(
             left_out[name] = why
             continue
         drafters[name] = knobs
+        needs = needs | drafter.needs
     if not drafters:
         why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "drafters is empty"
-        raise ValueError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
+        raise ConfigError(f"space {data.get('name', '?')!r} offers no drafter to try ({why}); allowed: {candidates}")
     if kind.lossless_only and data.get("allow_lossy"):
-        raise ValueError(
+        raise ConfigError(
             f"space.allow_lossy=true with engine.backend={backend}: {backend} verifies losslessly only; "
             "set space.allow_lossy=false"
         )
     if serve and data.get("allow_lossy"):
-        raise ValueError(
+        raise ConfigError(
             f"space.allow_lossy=true with tuner.serve={list(serve)}: those servers verify losslessly only; "
             "set space.allow_lossy=false or tuner.serve=null"
         )
@@ -251,14 +260,16 @@ def load_space(
     lossy_rules = sorted(set(ACCEPTANCE_RULES) - {"exact"})
     for rule, knobs_node in dict(data.get("acceptance") or {}).items():
         if rule not in lossy_rules:
-            raise ValueError(f"space acceptance.{rule}: unknown lossy rule; allowed: {lossy_rules}")
+            raise ConfigError(f"space acceptance.{rule}: unknown lossy rule; allowed: {lossy_rules}")
         knobs = {k: _knob(k, v, f"acceptance.{rule}") for k, v in dict(knobs_node or {}).items()}
         allowed = option_names(acceptance_options_class(rule))
         unknown = sorted(set(knobs) - set(allowed))
         if unknown:
-            raise ValueError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
+            raise ConfigError(f"space acceptance.{rule}: unknown option(s) {unknown}; allowed: {allowed}")
         acceptance[rule] = knobs
-    return Space(str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out)
+    return Space(
+        str(data.get("name", "custom")), drafters, acceptance, bool(data.get("allow_lossy")), left_out, needs=needs
+    )
 
 
 def _not_served(drafter: str, servers: tuple[str, ...]) -> str | None:
@@ -288,7 +299,7 @@ def spec_kinds(drafter: str, knobs: dict[str, Knob]) -> list[str]:
         try:
             config = EngineConfig(drafter=drafter, options=dict(zip(listed, values, strict=True)))
             flags, _ = llama_exporter.speculation(config, None)
-        except (ValueError, TypeError, KeyError):  # e.g. a listed min_match above the default max_match
+        except (ConfigError, TypeError, KeyError):  # e.g. a listed min_match above the default max_match
             continue
         kinds += [value for name, value in flags if name == "--spec-type" and value and value not in kinds]
     return kinds

@@ -22,6 +22,8 @@ import optuna
 import sqlalchemy.exc
 from sqlalchemy.engine import make_url
 
+from common.errors import ConfigError
+
 SQLITE_FILE = "study.db"
 JOURNAL_FILE = "journal.log"
 ALLOWED_FORMS = '"sqlite" (the default: <study_dir>/study.db), "journal" (<study_dir>/journal.log) or a database URL'
@@ -46,7 +48,7 @@ def _kind(url: str | None) -> str:
         return "journal"
     if "://" in url:
         return "rdb"
-    raise ValueError(f"unknown study storage {url!r}: use {ALLOWED_FORMS} such as postgresql://user:pass@host/db")
+    raise ConfigError(f"unknown study storage {url!r}: use {ALLOWED_FORMS} such as postgresql://user:pass@host/db")
 
 
 def mask_url(url: str) -> str:
@@ -99,7 +101,7 @@ def _open_rdb(
         parsed = make_url(url)
     except sqlalchemy.exc.ArgumentError as exc:
         reason = _mask_in(str(exc), url, None)
-        raise ValueError(f"cannot open study storage {masked}: {_one_line(reason)}") from None
+        raise ConfigError(f"cannot open study storage {masked}: {_one_line(reason)}") from None
     engine_kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "psycopg"):
         if "connect_timeout" not in parsed.query:
@@ -123,7 +125,7 @@ def _open_rdb(
             # DBAPIError carries the driver's own exception, whose text is the useful part.
             reason = _mask_in(str(getattr(exc, "orig", None) or exc), url, parsed.password)
     # Raised outside the except blocks, so no SQLAlchemy traceback is chained to the one line.
-    raise ValueError(f"cannot open study storage {masked}: {_one_line(reason)}")
+    raise ConfigError(f"cannot open study storage {masked}: {_one_line(reason)}")
 
 
 def _mask_in(text: str, url: str, password: str | None) -> str:

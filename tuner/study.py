@@ -24,6 +24,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from common.errors import ConfigError
 from common.files import write_atomic
 from tasks.sandbox.owner import is_alive
 from tuner import constraints
@@ -83,7 +84,7 @@ class TrialSeeded(BaseSampler):
 def make_sampler(kind: str, seed: int, startup_trials: int) -> BaseSampler:
     """The study's sampler (`tpe`, `gp` or `random`), each trial on its own seeded stream (TrialSeeded)."""
     if kind not in SAMPLERS:
-        raise ValueError(f"study.sampler={kind!r} is not allowed; choose one of: {', '.join(SAMPLERS)}")
+        raise ConfigError(f"study.sampler={kind!r} is not allowed; choose one of: {', '.join(SAMPLERS)}")
 
     def make(trial_seed: int) -> BaseSampler:
         with warnings.catch_warnings():
@@ -104,7 +105,7 @@ def make_sampler(kind: str, seed: int, startup_trials: int) -> BaseSampler:
 def make_pruner(name: str, p_threshold: float, startup_steps: int) -> optuna.pruners.BasePruner:
     """WilcoxonPruner (paired per-task values against the best trial) or none."""
     if name not in PRUNERS:
-        raise ValueError(f"study.pruner={name!r} is not allowed; choose one of: {', '.join(PRUNERS)}")
+        raise ConfigError(f"study.pruner={name!r} is not allowed; choose one of: {', '.join(PRUNERS)}")
     if name == "none":
         return optuna.pruners.NopPruner()
     with warnings.catch_warnings():

@@ -24,6 +24,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from common.errors import ConfigError
 from common.units import GIB
 from runners.tracking import _BAD_KEY_CHARS, MlflowTracker, _number, _tags, default_uri, flatten_params
 from tuner import constraints
@@ -171,7 +172,7 @@ def _quote(value: str) -> str:
         return f"'{value}'"
     if '"' not in value:
         return f'"{value}"'
-    raise ValueError(f"cannot search for {value!r}: it holds both quote characters")
+    raise ConfigError(f"cannot search for {value!r}: it holds both quote characters")
 
 
 def trials_filter(study: str) -> str:

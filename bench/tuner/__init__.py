@@ -41,6 +41,7 @@ from bench.tuner.grid import (
 )
 from bench.tuner.report import render, report
 from bench.tuner.search import SAMPLERS, parse_samplers, run_replays
+from common.errors import ConfigError
 
 __all__ = ["render", "run_tuner_bench"]
 
@@ -72,7 +73,7 @@ def run_tuner_bench(
         console = console if console.is_terminal else Console(stderr=True, width=max(console.width, 160))
     samplers = parse_samplers(samplers)
     if startup_trials is not None and startup_trials < 0:
-        raise ValueError(f"--startup-trials must be >= 0, got {startup_trials}")
+        raise ConfigError(f"--startup-trials must be >= 0, got {startup_trials}")
     if reuse_grid:
         grid = load_grid(grid_file)
         if startup_trials is None:

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from common.errors import ConfigError
 from engine.engine import EngineConfig
 from tuner import constraints
 from tuner import study as studies
@@ -35,7 +36,7 @@ GRID_SPACE: dict[str, Any] = {
 SPACE_KEYS = ("name", "allow_lossy", "drafters", "acceptance")
 
 
-class GridFileError(ValueError):
+class GridFileError(ConfigError):
     """The grid file is missing or is not a bench-tuner grid of this version (the message names the file)."""
 
 
@@ -46,12 +47,12 @@ def load_space_file(path: Path) -> dict[str, Any]:
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except Exception as exc:  # OmegaConf raises several kinds for unreadable or malformed files
-        raise ValueError(f"{path}: cannot read a space file ({' '.join(str(exc).split())})") from exc
+        raise ConfigError(f"{path}: cannot read a space file ({' '.join(str(exc).split())})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("drafters"), dict):
-        raise ValueError(f"{path}: a space file needs a `drafters` mapping (conf/space/*.yaml layout)")
+        raise ConfigError(f"{path}: a space file needs a `drafters` mapping (conf/space/*.yaml layout)")
     unknown = sorted(set(map(str, data)) - set(SPACE_KEYS))
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {unknown}; a space file has {', '.join(SPACE_KEYS)}")
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; a space file has {', '.join(SPACE_KEYS)}")
     return {"name": path.stem, **data}
 
 
@@ -67,11 +68,11 @@ def grid_points(space: Space, base: EngineConfig) -> list[dict[str, Any]]:
     """Every parameter set `suggest` can yield in `space` (tuner.points), drafter by drafter; a grid space must
     keep exact acceptance and have finitely many points per drafter."""
     if space.allow_lossy:
-        raise ValueError("a grid space must keep exact acceptance (allow_lossy: false)")
+        raise ConfigError("a grid space must keep exact acceptance (allow_lossy: false)")
     by_drafter = drafter_points(space, base)
     unbounded = sorted(str(d) for d, points in by_drafter.items() if points is None)
     if unbounded:
-        raise ValueError(
+        raise ConfigError(
             f"grid space drafters {unbounded}: a continuous knob (or too many points); a grid needs lists of "
             "choices or integer ranges"
         )
@@ -134,17 +135,17 @@ def _number(value: Any, positive: bool = False) -> bool:
 
 def _check_point(row: Any, where: str) -> None:
     if not isinstance(row, dict) or not isinstance(row.get("params"), dict):
-        raise ValueError(f"{where} has no params")
+        raise ConfigError(f"{where} has no params")
     for key in ("value", "speedup", "speedup_low", "speedup_high"):
         if row.get(key) is not None and not _number(row[key], positive=True):
-            raise ValueError(f"{where}: {key} {row[key]!r} is not a positive number or null")
+            raise ConfigError(f"{where}: {key} {row[key]!r} is not a positive number or null")
     repeats = row.get("speedup_repeats")
     if not isinstance(repeats, list) or not all(_number(v, positive=True) for v in repeats):
-        raise ValueError(f"{where}: speedup_repeats is not a list of positive numbers")
+        raise ConfigError(f"{where}: speedup_repeats is not a list of positive numbers")
     if not isinstance(row.get("feasible"), bool) or not isinstance(row.get("constraints"), dict):
-        raise ValueError(f"{where} lacks feasible/constraints")
+        raise ConfigError(f"{where} lacks feasible/constraints")
     if row.get("state") not in ("COMPLETE", "PRUNED", "FAIL"):
-        raise ValueError(f"{where}: state {row.get('state')!r} is not COMPLETE, PRUNED or FAIL")
+        raise ConfigError(f"{where}: state {row.get('state')!r} is not COMPLETE, PRUNED or FAIL")
 
 
 def load_grid(path: Path) -> dict[str, Any]:
@@ -154,14 +155,14 @@ def load_grid(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or data.get("kind") != GRID_KIND:
-            raise ValueError(f"kind is not {GRID_KIND!r}")
+            raise ConfigError(f"kind is not {GRID_KIND!r}")
         if data.get("version") != GRID_VERSION:
-            raise ValueError(f"version {data.get('version')!r}, expected {GRID_VERSION}")
+            raise ConfigError(f"version {data.get('version')!r}, expected {GRID_VERSION}")
         if not isinstance(data.get("space"), dict) or not isinstance(data.get("points"), list) or not data["points"]:
-            raise ValueError("no space or no points")
+            raise ConfigError("no space or no points")
         _check_point(data.get("baseline"), "the baseline")
         if not _number(data["baseline"].get("value"), positive=True):
-            raise ValueError("the baseline has no value (the study's reference)")
+            raise ConfigError("the baseline has no value (the study's reference)")
         for i, row in enumerate(data["points"]):
             _check_point(row, f"point {i}")
         replay_space(data)  # the space must enumerate exactly the measured points
@@ -178,10 +179,10 @@ def replay_space(grid: dict[str, Any]) -> tuple[Space, EngineConfig]:
     enumerated = {point_key(p) for p in grid_points(space, base)}
     measured = [point_key(p["params"]) for p in grid["points"]]
     if len(set(measured)) != len(measured):
-        raise ValueError("a point is listed twice")
+        raise ConfigError("a point is listed twice")
     if set(measured) != enumerated:
         missing, extra = len(enumerated - set(measured)), len(set(measured) - enumerated)
-        raise ValueError(f"the points do not match the space ({missing} of its points missing, {extra} not in it)")
+        raise ConfigError(f"the points do not match the space ({missing} of its points missing, {extra} not in it)")
     return space, base
 
 
@@ -224,7 +225,7 @@ def grid_config(cfg, space_node: dict[str, Any], grid_file: Path):
     from tuner.setup import check, serve_list
 
     if space_node.get("allow_lossy"):
-        raise ValueError("a grid space must keep exact acceptance (allow_lossy: false)")
+        raise ConfigError("a grid space must keep exact acceptance (allow_lossy: false)")
     study_dir = study_dir_for(grid_file)
     OmegaConf.update(cfg, "run.root", str(study_dir.parent), merge=False)
     OmegaConf.update(cfg, "study.name", study_dir.name, merge=False)

@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from bench.tuner.grid import finite, grid_best, point_key, replay_space
+from common.errors import ConfigError
 from engine.engine import EngineConfig
 from tuner import constraints
 from tuner import study as studies
@@ -47,7 +48,7 @@ def parse_samplers(text: str | Sequence[str] | None) -> tuple[str, ...]:
     names = [item.strip().lower() for item in items if item.strip()]
     unknown = [n for n in names if n not in SAMPLERS]
     if unknown or not names:
-        raise ValueError(f"--samplers {','.join(unknown) or '(empty)'}: choose from {', '.join(SAMPLERS)}")
+        raise ConfigError(f"--samplers {','.join(unknown) or '(empty)'}: choose from {', '.join(SAMPLERS)}")
     return tuple(dict.fromkeys(names))
 
 
@@ -204,7 +205,7 @@ def search_seeds(
     """One replayed search per seed, scored against the grid's best."""
     best = grid_best(grid)
     if best is None:
-        raise ValueError("no grid point is feasible with a finite value: there is no best to search for")
+        raise ConfigError("no grid point is feasible with a finite value: there is no best to search for")
     space, base = replay_space(grid)
     prepared = (space, base, drafter_points(space, base))
     rows = []

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from common.errors import UnsupportedConfig
 from engine.drafters.base import (
     Draft,
     DraftContext,
@@ -49,7 +50,7 @@ class ChainedHeadDrafter(DrafterBase):
     def __init__(self, options: Any, resources: DrafterResources) -> None:
         head: ChainedHead | None = getattr(resources, self.RESOURCE)
         if head is None:
-            raise ValueError(self.MISSING)
+            raise UnsupportedConfig(self.MISSING)
         super().__init__(options, resources)
         self.module = head
         self.needs = self.needs_with(head)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, Verified
 
 POLICIES = ("first", "extend")
@@ -35,14 +36,16 @@ class CombinedOptions:
 
     policy: str = "first"  # first | extend (module docstring)
     children: dict[str, Any] = field(default_factory=dict)  # child name -> its options object, in name order
+    classes: dict[str, type] = field(default_factory=dict)  # child name -> its drafter class (the registry's)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"unknown combined policy {self.policy!r}; allowed: {list(POLICIES)}")
+            raise ConfigError(f"unknown combined policy {self.policy!r}; allowed: {list(POLICIES)}")
 
-    def with_children(self, children: dict[str, Any]) -> CombinedOptions:
-        """These options with the children's options set."""
-        return replace(self, children=dict(children))
+    def with_children(self, children: dict[str, Any], classes: dict[str, type]) -> CombinedOptions:
+        """These options with the children's options and drafter classes set (the registry hands both down, so
+        this module never imports the registry that imports it)."""
+        return replace(self, children=dict(children), classes={name: classes[name] for name in children})
 
 
 class _SharedStates:
@@ -59,9 +62,7 @@ class _SharedStates:
 
 
 def _child_classes(options: CombinedOptions) -> dict[str, type]:
-    from engine.drafters import DRAFTERS  # the registry imports this module
-
-    return {name: DRAFTERS[name][0] for name in options.children}
+    return options.classes
 
 
 class CombinedDrafter(DrafterBase):

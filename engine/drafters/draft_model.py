@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from common.errors import UnsupportedConfig
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, propose_grouped
 from engine.kv import crop_cache, position_limit
 from engine.sampling import effective_probs, greedy_ids, sample
@@ -52,7 +53,7 @@ class DraftModelDrafter(DrafterBase):
 
     def __init__(self, options: DraftModelOptions | None, resources: DrafterResources) -> None:
         if resources.draft is None:
-            raise ValueError("drafter 'draft_model' needs a draft model (--draft DIR / model.draft)")
+            raise UnsupportedConfig("drafter 'draft_model' needs a draft model (--draft DIR / model.draft)")
         super().__init__(options or DraftModelOptions(), resources)
         self._use(resources.draft, resources.target.vocab_size)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine.drafters.base import DrafterBase, DrafterResources, Needs
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.memory import layer_skip_state_bytes_per_token
@@ -28,7 +29,7 @@ class LayerSkipOptions:
 
     def __post_init__(self) -> None:
         if self.layers < 1:
-            raise ValueError(f"layer_skip.layers must be >= 1, got {self.layers}")
+            raise ConfigError(f"layer_skip.layers must be >= 1, got {self.layers}")
 
 
 class LayerSkipDrafter(DraftModelDrafter):
@@ -47,7 +48,7 @@ class LayerSkipDrafter(DraftModelDrafter):
         DrafterBase.__init__(self, options, resources)  # not DraftModelDrafter's: there is no draft model
         target = resources.target
         if options.layers >= target.num_layers:
-            raise ValueError(
+            raise UnsupportedConfig(
                 f"layer_skip.layers={options.layers} must be below the target's {target.num_layers} layers"
             )
         self._use(target.first_layers(options.layers), target.vocab_size)

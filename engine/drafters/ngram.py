@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Verified
 from engine.drafters.token_index import HistoryMirror, TokenIndex
 
@@ -27,9 +28,9 @@ class NgramOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_match <= self.max_match:
-            raise ValueError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
+            raise ConfigError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
         if self.max_draft < 0:
-            raise ValueError(f"max_draft must be >= 0 (0: no cap), got {self.max_draft}")
+            raise ConfigError(f"max_draft must be >= 0 (0: no cap), got {self.max_draft}")
 
 
 class NgramDrafter(DrafterBase):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources
 
 NGRAM_MIN, NGRAM_MAX = 1, 4  # llama.cpp's LLAMA_NGRAM_MIN / LLAMA_NGRAM_MAX
@@ -45,7 +46,7 @@ class NgramCacheOptions:
 
     def __post_init__(self) -> None:
         if self.max_draft < 1:
-            raise ValueError(f"max_draft must be >= 1, got {self.max_draft}")
+            raise ConfigError(f"max_draft must be >= 1, got {self.max_draft}")
 
 
 @dataclass

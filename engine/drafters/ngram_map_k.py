@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Verified
 
 
@@ -36,7 +37,7 @@ class NgramMapKOptions:
 
     def __post_init__(self) -> None:
         if self.size_n < 1 or self.size_m < 1:
-            raise ValueError(f"size_n and size_m must be >= 1, got {self.size_n}, {self.size_m}")
+            raise ConfigError(f"size_n and size_m must be >= 1, got {self.size_n}, {self.size_m}")
 
 
 @dataclass

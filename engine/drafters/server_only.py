@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import UnsupportedConfig
 from engine.drafters.base import DrafterBase, DrafterResources, Needs
 
 BACKEND = "llama-server"  # the only backend that runs them (runners/backends/llama_server.py)
@@ -30,7 +31,7 @@ class ServerOnlyDrafter(DrafterBase):
     kind = "?"  # the llama-server --spec-type it is
 
     def __init__(self, options: ServerDraftOptions | None, resources: DrafterResources) -> None:
-        raise ValueError(refusal(self.name, self.kind))
+        raise UnsupportedConfig(refusal(self.name, self.kind))
 
 
 def refusal(name: str, kind: str) -> str:

@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from common.errors import ConfigError
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Verified
 from engine.drafters.token_index import HistoryMirror, TokenIndex
 
@@ -33,11 +34,11 @@ class SuffixOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_match <= self.max_match:
-            raise ValueError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
+            raise ConfigError(f"need 1 <= min_match <= max_match, got {self.min_match}, {self.max_match}")
         if self.scope not in SCOPES:
-            raise ValueError(f"unknown suffix scope {self.scope!r}; allowed: {list(SCOPES)}")
+            raise ConfigError(f"unknown suffix scope {self.scope!r}; allowed: {list(SCOPES)}")
         if self.match_factor <= 0:
-            raise ValueError(f"match_factor must be > 0, got {self.match_factor}")
+            raise ConfigError(f"match_factor must be > 0, got {self.match_factor}")
 
 
 class SuffixDrafter(DrafterBase):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.errors import ConfigError
 from engine.engine import EngineConfig
 from runners.backends.base import Backend
 from runners.backends.builtin import EngineBackend
-from runners.backends.llama_server import ServerBackend, ServerSettings, context_of
+from runners.backends.llama_server import ServerBackend
+from runners.backends.llama_server_setup import ServerSettings, context_of
 
 # engine.backend -> its class; the only list of backend names (runners.config checks engine.backend here).
 BACKENDS: dict[str, type[Backend]] = {cls.name: cls for cls in (EngineBackend, ServerBackend)}
@@ -34,16 +36,15 @@ def backend_class(name: str) -> type[Backend]:
     try:
         return BACKENDS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
+        raise ConfigError(f"engine.backend={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}") from None
 
 
-def make_backend(
-    config: EngineConfig, models: Any, server: ServerSettings | None = None, concurrency: int = 1
-) -> Backend:
-    """The backend `config.backend` names, on the loaded `models` (runners.models.Models), for `concurrency` agents.
+def make_backend(config: EngineConfig, models: Any, settings: Any | None = None, concurrency: int = 1) -> Backend:
+    """The backend `config.backend` names, on the loaded `models` (runners.models.Models) and its own `settings`
+    (Backend.settings_from), for `concurrency` agents.
 
-    ValueError when it cannot run the configuration (the caller reports the candidate as unsupported).
+    UnsupportedConfig when it cannot run the configuration (the caller reports the candidate as unsupported).
     """
     if concurrency < 1:
-        raise ValueError(f"run.concurrency must be >= 1, got {concurrency}")
-    return backend_class(config.backend).create(config, models, server, concurrency)
+        raise ConfigError(f"run.concurrency must be >= 1, got {concurrency}")
+    return backend_class(config.backend).create(config, models, settings, concurrency)

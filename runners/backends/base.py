@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from agents.model import AgentModel
+from engine.drafters import Needs
 from engine.engine import EngineConfig
 
 
@@ -28,10 +29,11 @@ class Backend(Protocol):
     decodes_in_process: ClassVar[bool]
 
     @classmethod
-    def settings_from(
-        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
-    ) -> Any | None:
-        """What `create` needs besides the models, from the run's config (None: nothing)."""
+    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, needs: Needs) -> Any | None:
+        """The backend's own settings, from the run's config, for drafters that need `needs` (None: nothing).
+
+        What `create` takes besides the models; opaque to everyone else (runners.workload.Workload carries it).
+        """
         ...
 
     @classmethod
@@ -40,8 +42,9 @@ class Backend(Protocol):
         ...
 
     @classmethod
-    def create(cls, config: EngineConfig, models: Any, server: Any | None, concurrency: int = 1) -> Backend:
-        """A backend for `config` on the loaded models serving `concurrency` agents at once (ValueError: it cannot)."""
+    def create(cls, config: EngineConfig, models: Any, settings: Any | None, concurrency: int = 1) -> Backend:
+        """A backend for `config` on the loaded models (and its `settings_from` settings) serving `concurrency`
+        agents at once (common.errors.UnsupportedConfig: it cannot run `config` on these models or settings)."""
         ...
 
     @classmethod

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from agents.engine_model import EngineModel
 from agents.model import AgentModel
-from engine.drafters import server_only_refusal
+from engine.drafters import Needs, resolve_drafter
 from engine.engine import Engine, EngineConfig
 from engine.scheduler import Scheduler
 
@@ -36,19 +36,17 @@ class EngineBackend:
         self.served = {"generations": 0, "tokens": 0, "steps": 0, "max_batch": 0}
 
     @classmethod
-    def settings_from(
-        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
-    ) -> None:
+    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, needs: Needs) -> None:
         """Nothing: the engine runs on the loaded models as they are."""
         return None
 
     @classmethod
     def not_runnable(cls, config: EngineConfig) -> str | None:
         """A drafter only llama-server runs (dflash, dspark), else None: the engine refuses the rest when built."""
-        return server_only_refusal(config.drafter) or None
+        return resolve_drafter(config.drafter).refusal or None
 
     @classmethod
-    def create(cls, config: EngineConfig, models: Any, server: Any | None, concurrency: int = 1) -> EngineBackend:
+    def create(cls, config: EngineConfig, models: Any, settings: Any | None, concurrency: int = 1) -> EngineBackend:
         """An Engine on the loaded target, draft and MTP module (runners.models.Models)."""
         return cls(Engine(models.target, config, draft=models.draft, mtp=models.mtp, eagle3=models.eagle3), concurrency)
 

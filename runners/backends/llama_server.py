@@ -13,16 +13,16 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.model import AgentModel
 from agents.server_model import ServerModel
-from engine.drafters import drafter_needs
+from common.errors import ConfigError, UnsupportedConfig
+from engine.drafters import Needs, resolve_drafter
 from engine.engine import EngineConfig
-from engine.kv import position_limit
 from export import llama_server as exporter
+from runners.backends.llama_server_setup import ServerSettings, server_settings
 from serving import llama_capabilities
 from serving.llama_binary import LlamaBinary
 from serving.llama_server import LlamaServer
@@ -42,24 +42,6 @@ _NEEDED_FILES = (
 )
 
 
-@dataclass
-class ServerSettings:
-    """Where the llama-server backend finds its binary and weights, and how it runs them."""
-
-    binary: LlamaBinary  # the located llama-server (serving.llama_binary.find_llama_server)
-    target_gguf: Path  # the target's weights as GGUF (serving.gguf)
-    draft_gguf: Path | None  # the draft's, for drafter=draft_model
-    context: int  # -c: tokens of context the server allocates
-    threads: int | None = None  # -t; None: llama.cpp's default
-    log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
-    start_timeout_s: float = 120.0  # how long a server may take to answer /health
-    mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
-    eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
-    dflash_gguf: Path | None = None  # a DFlash / DSpark draft GGUF the user brings (server.dflash_gguf)
-    cache_type_k: str = "f16"  # -ctk: KV cache K type (llama-server's default f16)
-    cache_type_v: str = "f16"  # -ctv
-
-
 class ServerBackend:
     """A llama-server started with the configuration's exported flags."""
 
@@ -77,11 +59,12 @@ class ServerBackend:
     ) -> None:
         reason = self.not_runnable(config)
         if reason:
-            raise ValueError(f"llama-server cannot run this configuration: {reason}")
-        needs = drafter_needs(config.drafter)  # a combination needs what its model child needs
+            raise UnsupportedConfig(f"llama-server cannot run this configuration: {reason}")
+        # resolved once: a combination needs what its model child needs
+        self.needs = needs = resolve_drafter(config.drafter).needs
         for need, file, what in _NEEDED_FILES:
             if getattr(needs, need) and getattr(settings, file) is None:
-                raise ValueError(f"drafter {config.drafter!r} needs {what}")
+                raise UnsupportedConfig(f"drafter {config.drafter!r} needs {what}")
         flags, _ = exporter.speculation(
             config,
             str(settings.draft_gguf) if settings.draft_gguf else None,
@@ -90,7 +73,7 @@ class ServerBackend:
         )
         lacking = self.lacks(config, flags, settings.binary)
         if lacking:
-            raise ValueError(f"llama-server cannot run this configuration: {lacking}")
+            raise UnsupportedConfig(f"llama-server cannot run this configuration: {lacking}")
         self.config = config
         self.settings = settings
         self.stop_tokens = stop_tokens
@@ -107,14 +90,9 @@ class ServerBackend:
         self._start_lock = threading.Lock()  # agents' threads may ask for the server at the same moment
 
     @classmethod
-    def settings_from(
-        cls, cfg: Any, models: Any, log_dir: Path, *, draft: bool, mtp: bool, eagle3: bool = False
-    ) -> ServerSettings:
-        """The binary found and the weights as GGUF, from cfg.server (runners.server_setup)."""
-        # Imported here: runners.server_setup imports ServerSettings from this package.
-        from runners.server_setup import server_settings
-
-        return server_settings(cfg, models, log_dir, draft=draft, mtp=mtp, eagle3=eagle3)
+    def settings_from(cls, cfg: Any, models: Any, log_dir: Path, needs: Needs) -> ServerSettings:
+        """The binary found and the weights `needs` asks for as GGUF, from cfg.server (llama_server_setup.py)."""
+        return server_settings(cfg, models, log_dir, needs)
 
     @classmethod
     def not_runnable(cls, config: EngineConfig) -> str | None:
@@ -130,7 +108,7 @@ class ServerBackend:
         """
         try:
             caps = llama_capabilities.probe(binary)
-        except ValueError as exc:  # a build without --spec-type runs no exported configuration, not even OFF
+        except ConfigError as exc:  # a build without --spec-type runs no exported configuration, not even OFF
             return str(exc)
         missing = llama_capabilities.missing_kinds(flags, caps)
         if not missing:
@@ -139,12 +117,13 @@ class ServerBackend:
 
     @classmethod
     def create(
-        cls, config: EngineConfig, models: Any, server: ServerSettings | None, concurrency: int = 1
+        cls, config: EngineConfig, models: Any, settings: ServerSettings | None, concurrency: int = 1
     ) -> ServerBackend:
-        """A backend whose server starts on first use; ValueError without settings or for a config it cannot run."""
-        if server is None:
-            raise ValueError(f"engine.backend={cls.name} needs the server settings (runners.server_setup)")
-        return cls(config, server, frozenset(models.target.eos_token_ids), concurrency)
+        """A backend whose server starts on first use; UnsupportedConfig for a config it cannot run (ValueError: no
+        settings, a caller's bug)."""
+        if settings is None:
+            raise ValueError(f"engine.backend={cls.name} needs the server settings (llama_server_setup.py)")
+        return cls(config, settings, frozenset(models.target.eos_token_ids), concurrency)
 
     @classmethod
     def announce(cls, described: dict[str, Any]) -> str | None:
@@ -154,7 +133,7 @@ class ServerBackend:
     @property
     def model_file(self) -> Path:
         """The GGUF the server loads: the target's, or for mtp (alone or combined) the mimo2 one holding the module."""
-        if drafter_needs(self.config.drafter).mtp:
+        if self.needs.mtp:
             return self.settings.mtp_gguf  # type: ignore[return-value]  # checked in __init__
         return self.settings.target_gguf
 
@@ -224,8 +203,7 @@ class ServerBackend:
 
     def describe(self) -> dict[str, Any]:
         """The binary, the GGUF files and the flags this side's server runs with."""
-        s = self.settings
-        needs = drafter_needs(self.config.drafter)
+        s, needs = self.settings, self.needs
         return {
             "backend": self.name,
             "binary": s.binary.describe(),
@@ -238,15 +216,3 @@ class ServerBackend:
             "threads": s.threads,
             "args": list(self.args),
         }
-
-
-def context_of(models_target: Any, requested: int | None) -> int:
-    """The server's -c: `requested`, else the target's trained context (4096 when it states none).
-
-    A served target (runners.models.ServedModel) states it without weights: config.json or the GGUF's metadata.
-    """
-    if requested:
-        return int(requested)
-    if models_target.model is None:
-        return models_target.context_length or 4096
-    return position_limit(models_target.model) or 4096

@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from common.errors import ConfigError
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_S, WORKSPACE, CommandResult, Sandbox, SandboxError
 
 # name -> (module, class); the module is imported on first use
@@ -23,12 +24,12 @@ def make_sandbox(name: str, **options: Any) -> Sandbox:
     try:
         module_name, class_name = SANDBOXES[name]
     except KeyError:
-        raise ValueError(f"unknown sandbox {name!r}; choose one of: {', '.join(sorted(SANDBOXES))}") from None
+        raise ConfigError(f"unknown sandbox {name!r}; choose one of: {', '.join(sorted(SANDBOXES))}") from None
     cls = getattr(import_module(module_name), class_name)
     allowed = _option_names(cls)
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ValueError(f"unknown {name} sandbox option(s) {unknown}; allowed: {', '.join(sorted(allowed))}")
+        raise ConfigError(f"unknown {name} sandbox option(s) {unknown}; allowed: {', '.join(sorted(allowed))}")
     return cls(**options)
 
 

@@ -58,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from common.units import GIB
 from tasks.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT,
@@ -129,9 +130,9 @@ def _parse_user(user: int | str) -> tuple[int, int]:
         uid = int(uid_text)
         gid = int(gid_text) if gid_text else uid
     except ValueError:
-        raise ValueError(f"user must be a numeric uid or 'uid:gid', got {user!r}") from None
+        raise ConfigError(f"user must be a numeric uid or 'uid:gid', got {user!r}") from None
     if uid == 0:
-        raise ValueError("the sandbox user must be unprivileged (uid != 0)")
+        raise ConfigError("the sandbox user must be unprivileged (uid != 0)")
     return uid, gid
 
 
@@ -309,7 +310,7 @@ class DockerSandbox:
         ping_timeout: float = PING_TIMEOUT_S,
     ) -> None:
         if output_limit < 0:
-            raise ValueError(f"output_limit must be >= 0, got {output_limit}")
+            raise ConfigError(f"output_limit must be >= 0, got {output_limit}")
         self.image = image
         self.memory = memory
         self.cpus = cpus
@@ -317,7 +318,7 @@ class DockerSandbox:
         self.uid, self.gid = _parse_user(user)
         self.mount_host_python = mount_host_python
         if python_env not in ("task", "runner"):
-            raise ValueError(f"python_env must be one of ('task', 'runner'), got {python_env!r}")
+            raise ConfigError(f"python_env must be one of ('task', 'runner'), got {python_env!r}")
         self.python_env = python_env
         self.workspace_size = workspace_size
         task_env = task_python() if python_env == "task" else None

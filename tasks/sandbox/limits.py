@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from common.errors import ConfigError
 from common.units import GIB
 from tasks.sandbox.base import DEFAULT_OUTPUT_LIMIT
 
@@ -28,7 +29,7 @@ def parse_size(value: int | str) -> int:
     try:
         return int(float(text[:-1] if scale != 1 else text) * scale)
     except ValueError:
-        raise ValueError(f"not a size: {value!r} (use bytes or e.g. 512m, 2g)") from None
+        raise ConfigError(f"not a size: {value!r} (use bytes or e.g. 512m, 2g)") from None
 
 
 def elision_marker(elided: int) -> bytes:
@@ -109,7 +110,7 @@ class OutputCapture:
 
     def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT) -> None:
         if limit < 0:
-            raise ValueError(f"output limit must be >= 0, got {limit}")
+            raise ConfigError(f"output limit must be >= 0, got {limit}")
         self.limit = limit
         self._head_cap = limit // 2
         self._tail_cap = limit - self._head_cap

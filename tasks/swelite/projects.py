@@ -11,6 +11,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
+from common.errors import ConfigError
 from tasks.patching import apply_patch
 from tasks.schema import Instance
 
@@ -27,7 +28,7 @@ def project_dir(name: str) -> Path:
     """Folder of one project; ValueError naming the valid ones if unknown."""
     path = PROJECTS_DIR / name
     if not path.is_dir() or name in _SKIP:
-        raise ValueError(f"unknown swe-lite project {name!r}; available: {list_projects()}")
+        raise ConfigError(f"unknown swe-lite project {name!r}; available: {list_projects()}")
     return path
 
 
@@ -81,7 +82,7 @@ def materialize(instance: Instance, dest: Path) -> Path:
     src = project_dir(instance.repo)
     actual = content_hash(src)
     if actual != instance.base_commit:
-        raise ValueError(
+        raise ConfigError(
             f"{instance.instance_id}: project {instance.repo!r} changed since the suite was built "
             f"(hash {actual[:12]} != base_commit {instance.base_commit[:12]}); rebuild with "
             "`python -m tasks.build swe-lite`"

@@ -1,4 +1,5 @@
-"""The lowest floor's shared facts: one cache root, files written whole or not at all, folders built once."""
+"""The lowest floor's shared facts: one cache root, files written whole or not at all, folders built once, the
+user's errors told from bugs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from common.build_once import build_once
 from common.cache import cache_root
+from common.errors import ConfigError, UnsupportedConfig
 from common.files import atomic_path, write_atomic
 
 
@@ -93,3 +95,9 @@ def test_a_failed_build_leaves_nothing_and_a_lost_race_keeps_the_winner(tmp_path
     out = build_once(tmp_path / "m", race)
     assert (out / "weights.bin").read_bytes() == b"theirs"
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def test_the_users_errors_are_value_errors_and_unsupported_is_one_of_them():
+    # Code and tests that catch ValueError keep catching both; a plain ValueError is not the user's.
+    assert issubclass(UnsupportedConfig, ConfigError) and issubclass(ConfigError, ValueError)
+    assert not isinstance(ValueError("a bug"), ConfigError)

@@ -20,8 +20,7 @@ from engine.drafters import (
     build_drafter_options,
     drafter_needs,
     drafter_option_keys,
-    drafter_shared_state,
-    make_drafter,
+    resolve_drafter,
 )
 from engine.drafters.combined import CombinedDrafter, CombinedOptions
 from engine.drafters.mtp import MtpOptions
@@ -67,8 +66,8 @@ def ctx(history, max_tokens=4, params=GREEDY, seed=0, prefix=()) -> DraftContext
     return DraftContext(list(history), max_tokens, params, torch.Generator().manual_seed(seed), prefix=list(prefix))
 
 
-def standalone(name: str, target, module, history, options=None):
-    return fed(make_drafter(name, options, resources(target, module)), target, history)
+def fed_drafter(name: str, target, module, history, values=None):
+    return fed(resolve_drafter(name, values).make(resources(target, module)), target, history)
 
 
 # -- options ---------------------------------------------------------------------------------------------------
@@ -127,29 +126,42 @@ def test_option_errors_name_what_is_allowed():
 
 
 def test_needs_are_the_union_of_the_childrens(target, module):
-    assert drafter_needs("mtp+ngram") == Needs(taps=(TRUNK,), distribution=True, mtp=True)
-    assert drafter_needs("ngram+draft_model") == Needs(distribution=True, draft_model=True)
-    assert drafter_needs("suffix+ngram") == Needs()
-    assert drafter_needs("layer_skip+suffix") == Needs(distribution=True)
-    instance = make_drafter("mtp+ngram", None, resources(target, module))
-    assert instance.needs == drafter_needs("mtp+ngram")
+    assert resolve_drafter("mtp+ngram").needs == Needs(taps=(TRUNK,), distribution=True, mtp=True)
+    assert resolve_drafter("ngram+draft_model").needs == Needs(distribution=True, draft_model=True)
+    assert resolve_drafter("suffix+ngram").needs == Needs()
+    assert resolve_drafter("layer_skip+suffix").needs == Needs(distribution=True)
+    instance = resolve_drafter("mtp+ngram").make(resources(target, module))
+    assert instance.needs == drafter_needs("mtp+ngram")  # the one-name door agrees with the spec
     engine = Engine(target, EngineConfig(drafter="mtp+ngram"), mtp=module)
-    assert engine.needs == drafter_needs("mtp+ngram") and engine.mtp is module
+    assert engine.needs == engine.drafter_spec.needs == drafter_needs("mtp+ngram") and engine.mtp is module
     # No distribution: the confidence policy has nothing to read.
     with pytest.raises(ValueError, match="gamma policy 'confidence' needs a model drafter"):
         Engine.validate(EngineConfig(drafter="suffix+ngram", gamma_policy="confidence"))
     Engine.validate(EngineConfig(drafter="mtp+ngram", gamma_policy="confidence"))
 
 
+def test_a_name_is_resolved_once_into_a_spec_that_answers_every_question(target, module):
+    spec = resolve_drafter("mtp+ngram", {"ngram.min_match": "2"})
+    assert (spec.name, spec.parts, spec.cls) == ("mtp+ngram", ("mtp", "ngram"), CombinedDrafter)
+    assert spec.options.children["ngram"].min_match == 2  # converted from the string
+    assert spec.needs == Needs(taps=(TRUNK,), distribution=True, mtp=True) and spec.refusal == ""
+    assert spec.takes("ngram.min_match") and spec.takes("policy") and not spec.takes("suffix.min_match")
+    assert spec.with_values({"policy": "extend"}).options.policy == "extend" and spec.options.policy == "first"
+    assert resolve_drafter("suffix+ngram").state_bytes_per_token(None, "float32") == 0.0  # lookups keep none
+    assert isinstance(spec.make(resources(target, module)), CombinedDrafter)
+    single = resolve_drafter("ngram")
+    assert (single.parts, single.cls.__name__, type(single.options)) == (("ngram",), "NgramDrafter", NgramOptions)
+    with pytest.raises(ValueError, match="unknown drafter 'ngramm'"):
+        resolve_drafter("ngramm")
+    # the engine validates by resolving the name once and keeps that spec
+    drafter, _ = Engine.validate(EngineConfig(drafter="mtp+ngram", options={"ngram.min_match": 2}))
+    assert drafter.options == spec.options and drafter.needs == spec.needs
+
+
 def test_shared_state_of_a_combination_resets_the_suffix_index(target):
-    state = drafter_shared_state("suffix+ngram")
+    state = resolve_drafter("suffix+ngram").shared_state()
     assert isinstance(state.states["suffix"], TokenIndex) and state.states["ngram"] is None
-    assert (
-        drafter_shared_state("suffix+ngram", build_drafter_options("suffix+ngram", {"suffix.scope": "session"})).states[
-            "suffix"
-        ]
-        is None
-    )
+    assert resolve_drafter("suffix+ngram", {"suffix.scope": "session"}).shared_state().states["suffix"] is None
     engine = Engine(target, EngineConfig(drafter="suffix+ngram"))
     index = engine.shared_state.states["suffix"]
     session = engine.new_session()
@@ -166,8 +178,8 @@ def test_shared_state_of_a_combination_resets_the_suffix_index(target):
 
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_first_takes_the_ngram_proposal_when_it_matches(target, module, params):
-    combined = fed(make_drafter("mtp+ngram", None, resources(target, module)), target, MATCHING)
-    ngram = standalone("ngram", target, module, MATCHING)
+    combined = fed_drafter("mtp+ngram", target, module, MATCHING)
+    ngram = fed_drafter("ngram", target, module, MATCHING)
     draft = combined.propose(ctx(MATCHING, params=params))
     alone = ngram.propose(ctx(MATCHING, params=params))
     assert draft.tokens == alone.tokens == [8, 5, 6, 7]
@@ -176,8 +188,8 @@ def test_first_takes_the_ngram_proposal_when_it_matches(target, module, params):
 
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_first_takes_the_mtp_proposal_otherwise(target, module, params):
-    combined = fed(make_drafter("mtp+ngram", None, resources(target, module)), target, NOVEL)
-    mtp = standalone("mtp", target, module, NOVEL)
+    combined = fed_drafter("mtp+ngram", target, module, NOVEL)
+    mtp = fed_drafter("mtp", target, module, NOVEL)
     draft = combined.propose(ctx(NOVEL, params=params, seed=7))
     alone = mtp.propose(ctx(NOVEL, params=params, seed=7))
     assert len(draft.tokens) == 4 and draft.tokens == alone.tokens
@@ -191,20 +203,19 @@ def test_first_takes_the_mtp_proposal_otherwise(target, module, params):
 def test_first_asks_the_model_when_the_match_is_below_min_match(target, module):
     """ngram.min_match=2: a history whose last token occurred before, but not its last two, gets the MTP's draft."""
     history = [5, 6, 7, 8, 9, 10, 7]
-    options = build_drafter_options("mtp+ngram", {"ngram.min_match": 2})
-    combined = fed(make_drafter("mtp+ngram", options, resources(target, module)), target, history)
-    assert standalone("ngram", target, module, history).propose(ctx(history)).tokens == [8, 9, 10, 7]
+    combined = fed_drafter("mtp+ngram", target, module, history, {"ngram.min_match": 2})
+    assert fed_drafter("ngram", target, module, history).propose(ctx(history)).tokens == [8, 9, 10, 7]
     draft = combined.propose(ctx(history))
     assert draft.sources == ["mtp"] * 4
-    assert draft.tokens == standalone("mtp", target, module, history).propose(ctx(history)).tokens
+    assert draft.tokens == fed_drafter("mtp", target, module, history).propose(ctx(history)).tokens
 
 
 def test_first_goes_down_the_model_list(target, module):
     """The MTP proposes nothing on a turn's first step (no hidden state of the last token yet): layer_skip does."""
-    combined = make_drafter("mtp+layer_skip", None, resources(target, module))
+    combined = resolve_drafter("mtp+layer_skip").make(resources(target, module))
     combined.begin(NOVEL)  # no commit: the target has not verified this history
     draft = combined.propose(ctx(NOVEL))
-    alone = make_drafter("layer_skip", None, resources(target, module))
+    alone = resolve_drafter("layer_skip").make(resources(target, module))
     alone.begin(NOVEL)
     assert draft.sources == ["layer_skip"] * 4 and draft.tokens == alone.propose(ctx(NOVEL)).tokens
 
@@ -232,12 +243,11 @@ def test_extend_continues_an_ngram_proposal_with_the_mtp(target, module, params)
     The ngram drafter itself always fills the whole budget (an overlapping copy), so its proposal is cut to its
     first two tokens here: what `extend` does with a lookup proposal shorter than the budget is under test.
     """
-    options = build_drafter_options("mtp+ngram", {"policy": "extend"})
-    combined = fed(make_drafter("mtp+ngram", options, resources(target, module)), target, MATCHING)
+    combined = fed_drafter("mtp+ngram", target, module, MATCHING, {"policy": "extend"})
     shorten(combined, "ngram", 2)
     draft = combined.propose(ctx(MATCHING, max_tokens=6, params=params, seed=3))
     head = [8, 5]
-    tail = standalone("mtp", target, module, MATCHING).propose(ctx(MATCHING, 4, params, seed=3, prefix=head))
+    tail = fed_drafter("mtp", target, module, MATCHING).propose(ctx(MATCHING, 4, params, seed=3, prefix=head))
     assert len(tail.tokens) == 4
     assert draft.tokens == head + tail.tokens and len(draft.tokens) == 6
     assert draft.sources == ["ngram"] * 2 + ["mtp"] * 4
@@ -253,28 +263,25 @@ def test_extend_continues_an_ngram_proposal_with_the_mtp(target, module, params)
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_extend_continues_a_suffix_proposal_with_the_mtp(target, module, params):
     """suffix (a real lookup that stops short of the budget: at most match_factor x match length tokens)."""
-    options = build_drafter_options("mtp+suffix", {"policy": "extend", "suffix.match_factor": 0.5})
-    combined = fed(make_drafter("mtp+suffix", options, resources(target, module)), target, MATCHING)
-    suffix = standalone("suffix", target, module, MATCHING, build_drafter_options("suffix", {"match_factor": 0.5}))
+    combined = fed_drafter("mtp+suffix", target, module, MATCHING, {"policy": "extend", "suffix.match_factor": 0.5})
+    suffix = fed_drafter("suffix", target, module, MATCHING, {"match_factor": 0.5})
     head = suffix.propose(ctx(MATCHING, 5)).tokens
     assert head == [8, 5]  # match of 3 tokens (5 6 7) -> ceil(1.5) = 2 tokens
     draft = combined.propose(ctx(MATCHING, max_tokens=5, params=params, seed=4))
-    tail = standalone("mtp", target, module, MATCHING).propose(ctx(MATCHING, 3, params, seed=4, prefix=head))
+    tail = fed_drafter("mtp", target, module, MATCHING).propose(ctx(MATCHING, 3, params, seed=4, prefix=head))
     assert draft.tokens == head + tail.tokens and len(draft.tokens) == 5
     assert draft.sources == ["suffix"] * 2 + ["mtp"] * 3
 
 
 def test_extend_without_a_lookup_proposal_is_the_models_own(target, module):
-    options = build_drafter_options("mtp+ngram", {"policy": "extend"})
-    combined = fed(make_drafter("mtp+ngram", options, resources(target, module)), target, NOVEL)
+    combined = fed_drafter("mtp+ngram", target, module, NOVEL, {"policy": "extend"})
     draft = combined.propose(ctx(NOVEL))
     assert draft.sources == ["mtp"] * 4
-    assert draft.tokens == standalone("mtp", target, module, NOVEL).propose(ctx(NOVEL)).tokens
+    assert draft.tokens == fed_drafter("mtp", target, module, NOVEL).propose(ctx(NOVEL)).tokens
 
 
 def test_extend_keeps_a_lookup_proposal_that_fills_the_budget(target, module):
-    options = build_drafter_options("mtp+ngram", {"policy": "extend"})
-    combined = fed(make_drafter("mtp+ngram", options, resources(target, module)), target, MATCHING)
+    combined = fed_drafter("mtp+ngram", target, module, MATCHING, {"policy": "extend"})
     draft = combined.propose(ctx(MATCHING, max_tokens=3))
     assert draft.tokens == [8, 5, 6] and draft.sources == ["ngram"] * 3
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.drafters import DraftContext, DrafterResources, make_drafter
+from engine.drafters import DraftContext, DrafterResources, resolve_drafter
 from engine.drafters.base import Verified
 from engine.engine import Engine, EngineConfig
 from engine.mtp import (
@@ -324,7 +324,7 @@ def test_draft_vocabulary_drafter_proposes_only_its_tokens(target, temperature):
     """The `mtp` drafter with a draft vocabulary proposes target ids in d2t, with q zero outside it when sampling."""
     d2t = draft_vocab()
     module = random_mtp(target.model, seed=7, draft_vocab=d2t)
-    drafter = make_drafter("mtp", None, DrafterResources(target=target, mtp=module))
+    drafter = resolve_drafter("mtp").make(DrafterResources(target=target, mtp=module))
     history = sequences(1, 12, seed=3)[0].tolist()
     hidden = trunk_outputs(target, history[:-1])
     drafter.begin(history)

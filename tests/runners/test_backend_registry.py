@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 
+from engine.drafters import Needs
 from engine.engine import EngineConfig
 from engine.testing import random_model
 from export.fit import SERVERS
@@ -71,7 +72,7 @@ def test_an_unknown_backend_names_the_valid_ones(models):
 
 def test_builtin_runs_its_lifecycle(models, tmp_path):
     name = "builtin"
-    assert backend_class(name).settings_from(None, models, tmp_path, draft=False, mtp=False) is None
+    assert backend_class(name).settings_from(None, models, tmp_path, Needs()) is None
     backend = make_backend(EngineConfig(backend=name, drafter="ngram"), models)
     assert backend_class(name).announce(backend.describe()) is None
     _lifecycle(backend, name)

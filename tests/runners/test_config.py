@@ -7,7 +7,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from common.units import GIB
-from runners.config import baseline_config, check_config, engine_config, register_configs
+from engine.drafters import Needs
+from runners.config import baseline_config, check_candidate, check_config, engine_config, register_configs
+from runners.models import load_for
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 HARDWARE = ("cpu", "rtx4060", "rtx3090", "rtx4090", "a100-80g", "h100-80g", "h200")
@@ -112,3 +114,15 @@ def test_engine_config_copies_every_field():
     cfg = _compose("engine.temperature=0.7", "engine.top_k=5", "engine.acceptance=topk", "run.name=x")
     ec = engine_config(cfg.engine, seed=3)
     assert (ec.temperature, ec.top_k, ec.acceptance, ec.seed) == (0.7, 5, "topk", 3)
+
+
+def test_the_candidates_drafter_is_resolved_once_and_its_needs_pick_what_is_loaded():
+    cfg = _compose("model=spectune-tiny", "engine=mtp", "engine.gamma=3", "run.name=x")
+    candidate, drafter = check_candidate(cfg)
+    assert candidate == check_config(cfg) and drafter.name == candidate.drafter == "mtp"
+    assert drafter.needs.mtp and not drafter.needs.draft_model and not drafter.needs.eagle3
+    # weights=False: the served path resolves the head folders without loading them (a tokenizer only)
+    models = load_for(cfg.model, drafter.needs, device="cpu", weights=False)
+    assert models.mtp_path and models.eagle3_path is None and models.draft_path is None
+    models = load_for(cfg.model, Needs(eagle3=True), device="cpu", weights=False, draft=cfg.model.draft)
+    assert models.eagle3_path and models.mtp_path is None and models.draft_path  # `draft` loads what needs do not

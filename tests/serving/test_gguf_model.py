@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
+from engine.drafters import Needs
 from runners.config import available_heads, check_config, register_configs
 from serving.gguf_checks import check_eagle3_head, check_mtp_layers, check_same_vocabulary, check_tokenizer
 from serving.gguf_file import GgufError, read_gguf
@@ -176,20 +177,20 @@ def test_a_gguf_of_another_vocabulary_is_refused_naming_the_field(binary, alone,
 
 
 def test_a_separate_mtp_file_beside_another_target_file_is_refused(binary, alone, tmp_path):
+    from runners.backends.llama_server_setup import server_settings
     from runners.models import load_models
-    from runners.server_setup import server_settings
 
     cfg = _cfg(
         tmp_path, "model=spectune-tiny", f"server.target_gguf={alone['target']}", f"server.mtp_gguf={alone['mtp']}"
     )
     models = load_models(str(MODELS / "target"), None, weights=False)
     with pytest.raises(ValueError, match="two files: OFF would run on one and draft-mtp on the other"):
-        server_settings(cfg, models, tmp_path, draft=False, mtp=True)
+        server_settings(cfg, models, tmp_path, Needs(mtp=True))
     cfg = _cfg(tmp_path, "model=spectune-tiny", f"server.mtp_gguf={alone['target']}")
     with pytest.raises(ValueError, match="nextn_predict_layers is absent"):
-        server_settings(cfg, models, tmp_path, draft=False, mtp=True)
+        server_settings(cfg, models, tmp_path, Needs(mtp=True))
     cfg = _cfg(tmp_path, "model=spectune-tiny", f"server.mtp_gguf={alone['mtp']}")
-    settings = server_settings(cfg, models, tmp_path, draft=False, mtp=True)
+    settings = server_settings(cfg, models, tmp_path, Needs(mtp=True))
     assert settings.target_gguf == settings.mtp_gguf == alone["mtp"]  # OFF runs on the MTP file too
 
 

@@ -14,6 +14,7 @@ import optuna
 import pytest
 import torch
 
+from common.errors import UnsupportedConfig
 from engine.drafters.ngram import NgramDrafter
 from tests.tuner.conftest import PROJECT
 from tuner.search import execute
@@ -199,6 +200,40 @@ def test_a_crashing_trial_is_recorded_as_failed_and_the_study_goes_on(tune, tmp_
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'runs' / 't' / 'study.db'}")
     assert "injected drafter fault" in study.trials[first["number"]].user_attrs["traceback"]
     assert summary["best"]["number"] == second["number"]
+
+
+def _refuse_the_first_ngram(monkeypatch, exc: Exception) -> None:
+    """NgramDrafter raises `exc` when the first candidate's engine is built (OFF drafts with none), then works."""
+    original, calls = NgramDrafter.__init__, []
+
+    def init(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise exc
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(NgramDrafter, "__init__", init)
+
+
+def test_a_value_error_while_making_a_candidate_is_a_failed_trial_with_its_traceback_not_unsupported(
+    tune, tmp_path, monkeypatch
+):
+    _refuse_the_first_ngram(monkeypatch, ValueError("injected bug"))
+    execute(tune("tuner.trials=2", drafters={"ngram": {"gamma": [2, 4]}}))
+    first, second = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"][:2]
+    assert first["state"] == "FAIL" and first["reason"] == "error: ValueError: injected bug", first["reason"]
+    assert second["state"] == "COMPLETE"  # the study went on
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'runs' / 't' / 'study.db'}")
+    logged = study.trials[first["number"]].user_attrs["traceback"]
+    assert "ValueError: injected bug" in logged and "in init" in logged, "the trial's log must keep the traceback"
+
+
+def test_a_candidate_the_backend_cannot_run_is_an_unsupported_trial(tune, tmp_path, monkeypatch):
+    _refuse_the_first_ngram(monkeypatch, UnsupportedConfig("these models cannot run it"))
+    execute(tune("tuner.trials=2", drafters={"ngram": {"gamma": [2, 4]}}))
+    first, second = [r for r in _trials(tmp_path / "runs" / "t") if r["role"] == "candidate"][:2]
+    assert first["state"] == "FAIL" and first["reason"] == "unsupported: these models cannot run it"
+    assert second["state"] == "COMPLETE"
 
 
 def test_mtp_and_combined_trials_load_the_bundled_module_and_count_it_in_memory(tune, tmp_path):

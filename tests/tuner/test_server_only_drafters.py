@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.drafters import drafter_needs, server_only_refusal
+from engine.drafters import resolve_drafter
 from engine.engine import Engine, EngineConfig
 from engine.testing import random_model
 from export import llama_server, sglang, vllm
@@ -26,12 +26,13 @@ SPACE = {
 
 @pytest.mark.parametrize("drafter", ["dflash", "dspark", "dflash+ngram"])
 def test_the_engine_refuses_a_server_only_drafter_with_the_reason(drafter):
-    assert drafter_needs(drafter).server_draft
+    spec = resolve_drafter(drafter)
+    assert spec.needs.server_draft
     with pytest.raises(ValueError, match=r"runs on engine\.backend=llama-server only"):
         Engine(random_model("llama"), EngineConfig(drafter=drafter))
-    assert "server.dflash_gguf" in server_only_refusal(drafter)
-    assert backend_class("builtin").not_runnable(EngineConfig(drafter=drafter)) == server_only_refusal(drafter)
-    assert server_only_refusal("ngram") == "" and backend_class("builtin").not_runnable(EngineConfig()) is None
+    assert "server.dflash_gguf" in spec.refusal
+    assert backend_class("builtin").not_runnable(EngineConfig(drafter=drafter)) == spec.refusal
+    assert resolve_drafter("ngram").refusal == "" and backend_class("builtin").not_runnable(EngineConfig()) is None
 
 
 def test_a_space_offers_them_only_on_llama_server_with_the_draft_gguf():

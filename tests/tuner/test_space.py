@@ -86,7 +86,8 @@ def test_combined_drafters_draw_namespaced_child_options_that_the_engine_accepts
     assert {c.drafter for c, _ in combined} == {"mtp+ngram", "mtp+suffix"}
     assert {c.options["policy"] for c, _ in combined} == {"first", "extend"}
     for config, p in combined:
-        options, _ = Engine.validate(config)
+        drafter, _ = Engine.validate(config)
+        options = drafter.options
         child = "ngram" if config.drafter == "mtp+ngram" else "suffix"
         assert f"{config.drafter}.{child}.min_match" in p  # nested space block -> CHILD.KEY parameter
         assert options.children[child].min_match == config.options[f"{child}.min_match"]

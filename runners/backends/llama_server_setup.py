@@ -1,7 +1,9 @@
-"""The llama-server settings of a run from its config: the binary found, the weights as GGUF (converted once).
+"""The llama-server backend's own settings: `ServerSettings`, made from a run's config (the binary found, the
+weights as GGUF, converted once).
 
-Only `engine.backend=llama-server` needs them; the built-in engine gets None. Problems here are input
-problems (no binary, no converter, a GGUF path that is not there) and come back as one ValueError line.
+Only `engine.backend=llama-server` needs them (ServerBackend.settings_from); the built-in engine gets None.
+Problems here are input problems (no binary, no converter, a GGUF path that is not there) and come back as one
+ValueError line.
 
 The files a user brings are used as they are: the target GGUF (model.target=F.gguf or server.target_gguf),
 whose own MTP layers serve draft-mtp, and server.draft_gguf / eagle3_gguf / mtp_gguf. OFF and every ON run on
@@ -12,32 +14,64 @@ and the target (serving.gguf_checks): another model's file is one line naming th
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runners.backends import ServerSettings, context_of
+from common.errors import ConfigError
+from engine.drafters import Needs
+from engine.kv import position_limit
 from runners.models import Models, ServedModel
 from serving.eagle3_gguf import cached_eagle3_gguf
 from serving.gguf import cached_gguf
 from serving.gguf_checks import check_eagle3_head, check_mtp_layers, check_same_vocabulary, check_tokenizer
 from serving.gguf_file import read_gguf
-from serving.llama_binary import LlamaServerMissing, find_llama_server
+from serving.llama_binary import LlamaBinary, LlamaServerMissing, find_llama_server
 from serving.mtp_gguf import cached_mtp_gguf
+
+
+@dataclass
+class ServerSettings:
+    """Where the llama-server backend finds its binary and weights, and how it runs them."""
+
+    binary: LlamaBinary  # the located llama-server (serving.llama_binary.find_llama_server)
+    target_gguf: Path  # the target's weights as GGUF (serving.gguf)
+    draft_gguf: Path | None  # the draft's, for drafter=draft_model
+    context: int  # -c: tokens of context the server allocates
+    threads: int | None = None  # -t; None: llama.cpp's default
+    log_dir: Path | None = None  # server logs go here (one file per server start); None: $TMPDIR
+    start_timeout_s: float = 120.0  # how long a server may take to answer /health
+    mtp_gguf: Path | None = None  # target + MTP module as one mimo2 GGUF (serving.mtp_gguf), for drafter=mtp
+    eagle3_gguf: Path | None = None  # the EAGLE-3 head as GGUF (serving.eagle3_gguf), for drafter=eagle3
+    dflash_gguf: Path | None = None  # a DFlash / DSpark draft GGUF the user brings (server.dflash_gguf)
+    cache_type_k: str = "f16"  # -ctk: KV cache K type (llama-server's default f16)
+    cache_type_v: str = "f16"  # -ctv
+
+
+def context_of(models_target: Any, requested: int | None) -> int:
+    """The server's -c: `requested`, else the target's trained context (4096 when it states none).
+
+    A served target (runners.models.ServedModel) states it without weights: config.json or the GGUF's metadata.
+    """
+    if requested:
+        return int(requested)
+    if models_target.model is None:
+        return models_target.context_length or 4096
+    return position_limit(models_target.model) or 4096
 
 
 def _gguf(explicit: str | None, folder: str | None, kind: str, role: str) -> Path | None:
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise ValueError(f"server.{role}_gguf={explicit}: no such file")
+            raise ConfigError(f"server.{role}_gguf={explicit}: no such file")
         return path
     if folder is None:
         return None
     try:
         return cached_gguf(folder, kind)
     except (FileNotFoundError, RuntimeError) as exc:
-        raise ValueError(f"cannot convert model.{role} to GGUF: {exc}") from None
+        raise ConfigError(f"cannot convert model.{role} to GGUF: {exc}") from None
 
 
 # Heads llama-server reads from a GGUF of their own making: (converter of (target, head, kind), what failed).
@@ -58,7 +92,7 @@ def _head_gguf(role: str, explicit: str | None, models: Models, kind: str) -> Pa
     try:
         return convert(models.target_path, head, kind)
     except (FileNotFoundError, RuntimeError, ValueError, KeyError) as exc:
-        raise ValueError(f"{what}: {exc}") from None
+        raise ConfigError(f"{what}: {exc}") from None
 
 
 def _target_file(server: Any, models: Models) -> str | None:
@@ -66,7 +100,7 @@ def _target_file(server: Any, models: Models) -> str | None:
     given = server.target_gguf
     own = models.target.gguf if isinstance(models.target, ServedModel) else None
     if own is not None and given and Path(given).expanduser().resolve() != own:
-        raise ValueError(
+        raise ConfigError(
             f"model.target={own} and server.target_gguf={given} name two files; the target is model.target: "
             "drop server.target_gguf"
         )
@@ -78,7 +112,7 @@ def _one_target(target: Path, mtp: Path | None, explicit_target: bool) -> Path:
     if mtp is None or mtp.resolve() == target.resolve():
         return target
     if explicit_target:
-        raise ValueError(
+        raise ConfigError(
             f"server.mtp_gguf={mtp} and the target {target} are two files: OFF would run on one and draft-mtp on "
             "the other. The MTP file holds the target's weights: pass it alone (model=gguf model.target=FILE)"
         )
@@ -98,21 +132,17 @@ def _check_files(settings: ServerSettings, models: Models, mtp_wanted: bool) -> 
         check_eagle3_head(target, read_gguf(settings.eagle3_gguf), "server.eagle3_gguf")
 
 
-def server_settings(
-    cfg: Any,
-    models: Models,
-    log_dir: Path | None = None,
-    *,
-    draft: bool = True,
-    mtp: bool = False,
-    eagle3: bool = False,
-) -> ServerSettings:
-    """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders)."""
+def server_settings(cfg: Any, models: Models, log_dir: Path | None, needs: Needs) -> ServerSettings:
+    """ServerSettings for `engine.backend=llama-server` (cfg.server, cfg.run.threads, the loaded models' folders).
+
+    Only the files drafters with `needs` use are found or converted: the draft's GGUF, the MTP file, the
+    EAGLE-3 head's GGUF (a DFlash draft the user brings is checked whenever it is set).
+    """
     server = cfg.server
     try:
         binary = find_llama_server(server.binary)
     except LlamaServerMissing as exc:
-        raise ValueError(f"engine.backend=llama-server: {exc}") from None
+        raise ConfigError(f"engine.backend=llama-server: {exc}") from None
     if not binary.pinned:
         print(f"warning: {binary.describe()}; spectune's flags target the pinned release")
     if binary.backend == "cpu" and cfg.hardware.device != "cpu":
@@ -124,15 +154,17 @@ def server_settings(
     target = _gguf(given, None if given else models.target_path, server.gguf_type, "target")
     assert target is not None  # a target file is given, or the folder is converted
     mtp_file = None
-    if mtp:
+    if needs.mtp:
         native = server.mtp_gguf is None and read_gguf(target).nextn_layers > 0
         mtp_file = target if native else _head_gguf("mtp", server.mtp_gguf, models, server.gguf_type)
     settings = ServerSettings(
         binary=binary,
         target_gguf=_one_target(target, mtp_file, explicit_target=bool(given)),
-        draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft") if draft else None,
+        draft_gguf=_gguf(server.draft_gguf, models.draft_path, server.gguf_type, "draft")
+        if needs.draft_model
+        else None,
         mtp_gguf=mtp_file,
-        eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if eagle3 else None,
+        eagle3_gguf=_head_gguf("eagle3", server.eagle3_gguf, models, server.gguf_type) if needs.eagle3 else None,
         # a file the user brings, used as is (nothing to convert): checked whenever it is set
         dflash_gguf=_gguf(server.get("dflash_gguf"), None, server.gguf_type, "dflash"),
         context=context_of(models.target, server.context),
@@ -142,7 +174,7 @@ def server_settings(
         log_dir=log_dir,
         start_timeout_s=server.start_timeout_s,
     )
-    _check_files(settings, models, mtp)
+    _check_files(settings, models, needs.mtp)
     return settings
 
 
