@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine.host import Host, probe
 
 MAX_ROWS = 8  # verification sizes a plan covers: gamma + 1 up to 8
@@ -60,7 +61,7 @@ COPYING_KERNELS = ("onednn", "transposed")  # kernels that hold their own copy o
 def kernel_refusal(kernel: str, device: str, dtype: torch.dtype, host: Host | None = None) -> str | None:
     """None when `kernel` runs weights of `dtype` on `device` here, else why not (one line, the missing feature)."""
     if kernel not in KERNELS:
-        raise ValueError(f"unknown linear kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
+        raise ConfigError(f"unknown linear kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
     if kernel != "onednn":
         return None  # F.linear and a plain matmul run every dtype on every device torch has
     host = host or probe()
@@ -81,7 +82,7 @@ def make_linear(kernel: str, weight: torch.Tensor, bias: torch.Tensor | None) ->
     """`kernel`'s linear over `weight` (and `bias`); ValueError, one line, where this machine cannot run it."""
     refusal = kernel_refusal(kernel, weight.device.type, weight.dtype)
     if refusal is not None:
-        raise ValueError(f"linear kernel {kernel!r}: {refusal}")
+        raise UnsupportedConfig(f"linear kernel {kernel!r}: {refusal}")
     return KERNELS[kernel](weight, bias)
 
 
@@ -149,9 +150,9 @@ class LinearPlan:
         try:
             plan = cls(GroupPlan(**data["layers"]), GroupPlan(**data["head"]), str(data.get("note", "")))
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a forward plan: {exc}") from None
+            raise ConfigError(f"not a forward plan: {exc}") from None
         if not plan.kernels() <= set(KERNELS):
-            raise ValueError(f"unknown kernel in plan {sorted(plan.kernels())}; allowed: {list(KERNELS)}")
+            raise ConfigError(f"unknown kernel in plan {sorted(plan.kernels())}; allowed: {list(KERNELS)}")
         return plan
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from common.errors import ConfigError, UnsupportedConfig
 from engine.kernels import COPYING_KERNELS, KERNELS, GroupPlan, LinearPlan, Switch, by_rows, make_linear
 from engine.kv import grown_capacity
 
@@ -47,7 +48,7 @@ def resolve_taps(hidden: Taps, layers: int) -> tuple[int, ...]:
         return ()
     taps = tuple(layers if t == TRUNK else int(t) for t in hidden)
     if any(not 0 <= t <= layers for t in taps):
-        raise ValueError(f"hidden-state taps {hidden} outside [0, {layers}] for a {layers}-layer model")
+        raise UnsupportedConfig(f"hidden-state taps {hidden} outside [0, {layers}] for a {layers}-layer model")
     return taps
 
 
@@ -194,9 +195,9 @@ class LlamaForward:
 
     def __init__(self, model: torch.nn.Module, kernel: str = "torch", plan: LinearPlan | None = None) -> None:
         if (reason := covers(model)) is not None:
-            raise ValueError(f"the engine's Llama forward does not cover {reason}")
+            raise UnsupportedConfig(f"the engine's Llama forward does not cover {reason}")
         if kernel not in KERNELS:
-            raise ValueError(f"unknown linear kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
+            raise ConfigError(f"unknown linear kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
         config, body = model.config, model.model
         self.plan = plan = plan or LinearPlan.uniform(kernel)
         self.kernel = kernel if not plan.mixed else "mixed"

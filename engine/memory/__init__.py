@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from common.units import GIB
 
 # Architectures whose parameter count the formula in ModelShape.from_config reproduces exactly
@@ -81,7 +82,7 @@ def dtype_bytes(dtype: str) -> float:
     """Bytes per element of a dtype name (aliases such as bf16 accepted); ValueError when unknown."""
     name = _ALIASES.get(dtype.strip().lower(), dtype.strip().lower())
     if name not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+        raise ConfigError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[name]
 
 
@@ -114,7 +115,7 @@ class ModelShape:
         def need(key: str) -> int:
             value = config.get(key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{key!r} is missing or not a positive integer (got {value!r})")
+                raise ConfigError(f"{key!r} is missing or not a positive integer (got {value!r})")
             return value
 
         hidden, layers, heads = need("hidden_size"), need("num_hidden_layers"), need("num_attention_heads")
@@ -139,7 +140,7 @@ class ModelShape:
             return shape
         model_type = str(config.get("model_type", ""))
         if model_type not in FORMULA_MODEL_TYPES:
-            raise ValueError(
+            raise ConfigError(
                 f"model_type {model_type!r} has no parameter formula here (known: {', '.join(FORMULA_MODEL_TYPES)}); "
                 "keep model.safetensors beside config.json to count parameters from its header"
             )
@@ -174,11 +175,11 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise ValueError(f"{path} not found") from None
+        raise ConfigError(f"{path} not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid JSON ({str(exc).splitlines()[0]})") from None
+        raise ConfigError(f"{path} is not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object")
+        raise ConfigError(f"{path} holds a JSON {type(data).__name__}, not an object")
     return data
 
 
@@ -188,24 +189,24 @@ def safetensors_params(path: Path) -> dict[str, int]:
         with path.open("rb") as handle:
             head = handle.read(8)
             if len(head) < 8:
-                raise ValueError(f"{path} is too short to be a safetensors file ({len(head)} bytes)")
+                raise ConfigError(f"{path} is too short to be a safetensors file ({len(head)} bytes)")
             (size,) = struct.unpack("<Q", head)  # little-endian u64: header length
             if size > path.stat().st_size - 8:
-                raise ValueError(f"{path} is truncated: its header claims {size} bytes")
+                raise ConfigError(f"{path} is truncated: its header claims {size} bytes")
             header = json.loads(handle.read(size))
     except FileNotFoundError:
-        raise ValueError(f"{path} not found") from None
+        raise ConfigError(f"{path} not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ValueError(f"{path} has a corrupt safetensors header (not JSON)") from None
+        raise ConfigError(f"{path} has a corrupt safetensors header (not JSON)") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{path} has a corrupt safetensors header (not a JSON object)")
+        raise ConfigError(f"{path} has a corrupt safetensors header (not a JSON object)")
     counts = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         shape = info.get("shape") if isinstance(info, dict) else None
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ValueError(f"{path} has a corrupt safetensors header (tensor {name!r} has no valid shape)")
+            raise ConfigError(f"{path} has a corrupt safetensors header (tensor {name!r} has no valid shape)")
         counts[name] = math.prod(shape)
     return counts
 
@@ -222,7 +223,7 @@ def _hub_file(repo_id: str, filename: str, cache_dir: str | Path | None) -> Path
     try:
         found = try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir)  # cache only: no network
     except HFValidationError as exc:
-        raise ValueError(f"{repo_id!r} is neither a model folder nor a valid hub id ({exc})") from None
+        raise ConfigError(f"{repo_id!r} is neither a model folder nor a valid hub id ({exc})") from None
     return Path(found) if isinstance(found, str) else None
 
 
@@ -231,7 +232,9 @@ def model_shape(path_or_id: str, *, cache_dir: str | Path | None = None) -> Mode
     folder = Path(path_or_id).expanduser()
     if folder.exists() or _looks_like_path(path_or_id):
         if not folder.is_dir():
-            raise ValueError(f"model folder {folder} not found" if not folder.exists() else f"{folder} is not a folder")
+            raise ConfigError(
+                f"model folder {folder} not found" if not folder.exists() else f"{folder} is not a folder"
+            )
 
         def locate(name: str) -> Path | None:
             return folder / name if (folder / name).is_file() else None
@@ -244,7 +247,7 @@ def model_shape(path_or_id: str, *, cache_dir: str | Path | None = None) -> Mode
 
         found = locate("config.json")
         if found is None:
-            raise ValueError(f"config.json of {path_or_id!r} is not a local folder nor in the Hugging Face cache")
+            raise ConfigError(f"config.json of {path_or_id!r} is not a local folder nor in the Hugging Face cache")
         config_path = found
     config = _read_json(config_path)
     params = None
@@ -256,12 +259,12 @@ def model_shape(path_or_id: str, *, cache_dir: str | Path | None = None) -> Mode
         else:
             weight_map = _read_json(index).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
-                raise ValueError(f"{index} has no 'weight_map' naming the weight shards")
+                raise ConfigError(f"{index} has no 'weight_map' naming the weight shards")
             counts = {}
             for shard in sorted(set(map(str, weight_map.values()))):
                 shard_path = locate(shard)
                 if shard_path is None:
-                    raise ValueError(f"{index} lists the shard {shard}, which is not there")
+                    raise ConfigError(f"{index} lists the shard {shard}, which is not there")
                 counts.update(safetensors_params(shard_path))
         if config.get("tie_word_embeddings", False):
             counts.pop("lm_head.weight", None)  # some tied checkpoints store the shared matrix twice
@@ -269,7 +272,7 @@ def model_shape(path_or_id: str, *, cache_dir: str | Path | None = None) -> Mode
     try:
         return ModelShape.from_config(config, params=params)
     except ValueError as exc:
-        raise ValueError(f"{config_path}: {exc}") from None
+        raise ConfigError(f"{config_path}: {exc}") from None
 
 
 # ---- the estimate -------------------------------------------------------------------------------------
@@ -329,7 +332,7 @@ PARTS = tuple(f.name for f in fields(MemoryEstimate))[:8]  # the byte fields in 
 def check_sessions(sessions: int) -> int:
     """`sessions` when it is a whole number >= 1; ValueError otherwise."""
     if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
-        raise ValueError(f"sessions must be an integer >= 1 (sessions served at once), got {sessions!r}")
+        raise ConfigError(f"sessions must be an integer >= 1 (sessions served at once), got {sessions!r}")
     return sessions
 
 
@@ -459,7 +462,7 @@ def estimate_memory(
         ("drafter_bytes_per_token", drafter_bytes_per_token),
     ):
         if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+            raise ConfigError(f"{name} must be >= 0, got {value}")
     draft_dtype = draft_dtype or dtype
     # Each session's caches are its own (engine/session.py): one session's bytes, times the sessions.
     return MemoryEstimate(

@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from tasks.sandbox.base import DEFAULT_TIMEOUT_S, DIFF_LIMIT, WORKSPACE, CommandResult, PatchTooLargeError, SandboxError
 from tasks.sandbox.limits import Limits, OutputCapture, parse_size, setpriv_args
 from tasks.sandbox.local_cgroup import CommandCgroups, reap_stale_cgroups
@@ -235,9 +236,9 @@ class LocalSandbox:
         **limit_overrides: Any,
     ) -> None:
         if isolation not in ISOLATION_MODES:
-            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
+            raise ConfigError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
         if python_env not in PYTHON_ENVS:
-            raise ValueError(f"python_env must be one of {PYTHON_ENVS}, got {python_env!r}")
+            raise ConfigError(f"python_env must be one of {PYTHON_ENVS}, got {python_env!r}")
         _reap_once(base_dir)
         self.python_env = python_env
         env = self._choose_python(python_env)
