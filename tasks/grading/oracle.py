@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.pytest_shapes import pytest_raises_call
+
 PROBE = "_spectune"  # the name of the probe object in a probe module's namespace
 COMPARE_OPS = {
     ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Is: "is",
@@ -258,16 +260,8 @@ class _Splitter:
 
     def _raises(self, stmt: ast.stmt) -> Step | None:
         """The Step of `with pytest.raises(E, match=M) [as info]:`, or None for any other statement."""
-        if not (isinstance(stmt, ast.With) and len(stmt.items) == 1):
-            return None
-        call = stmt.items[0].context_expr
-        if not (
-            isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "raises"
-            and isinstance(call.func.value, ast.Name)
-            and call.func.value.id == "pytest"
-        ):
+        call = pytest_raises_call(stmt)
+        if call is None:
             return None
         if len(call.args) != 1 or any(k.arg != "match" for k in call.keywords):
             raise self.fail(stmt, "pytest.raises takes one exception (or a tuple) and at most match=")

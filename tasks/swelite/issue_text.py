@@ -14,6 +14,8 @@ import hashlib
 import re
 import textwrap
 
+from tasks.pytest_shapes import pytest_raises_call
+
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _EXC = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(Error|Exception|Warning|Exit|Interrupt))\b")
 
@@ -32,15 +34,8 @@ class _AssertToPrint(ast.NodeTransformer):
 
     def visit_With(self, node: ast.With) -> ast.stmt:
         self.generic_visit(node)
-        item = node.items[0].context_expr if len(node.items) == 1 else None
-        if not (
-            isinstance(item, ast.Call)
-            and isinstance(item.func, ast.Attribute)
-            and item.func.attr == "raises"
-            and isinstance(item.func.value, ast.Name)
-            and item.func.value.id == "pytest"
-            and item.args
-        ):
+        item = pytest_raises_call(node)
+        if item is None or not item.args:
             return node
         report = ast.parse('print(f"{type(exc).__name__}: {exc}")').body[0]
         no_error = ast.parse('print("no exception raised")').body[0]
