@@ -23,6 +23,7 @@ import builtins
 import copy
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,8 +287,25 @@ class _Splitter:
         raise self.fail(where, f"pytest.raises({ast.unparse(node)}): not an imported or builtin exception class")
 
 
+# CPython 3.11 keeps the AST converter's recursion depth per interpreter, not per thread: two threads parsing or
+# compiling syntax trees at once (several agents graded together) can fail with "SystemError: AST constructor
+# recursion depth mismatch" (python/cpython#106905 and the threaded programs that report it; seen here in a
+# two-agent study). Every syntax-tree operation here runs under this lock.
+_AST_LOCK = threading.Lock()
+
+
 def split_module(source: str, path: str, names: list[str]) -> ModuleSplit:
     """The probe module for `names` (test functions of the file `path`) and what the host checks of each."""
+    with _AST_LOCK:
+        try:
+            return _split_module(source, path, names)
+        except SystemError as exc:  # another thread's ast.parse (traceback's carets, ...) can still collide once
+            if "recursion depth mismatch" not in str(exc):
+                raise
+            return _split_module(source, path, names)
+
+
+def _split_module(source: str, path: str, names: list[str]) -> ModuleSplit:
     tree = ast.parse(source, filename=path)
     splitter = _Splitter(path, tree)
     plans: dict[str, TestPlan] = {}
