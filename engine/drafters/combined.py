@@ -61,10 +61,6 @@ class _SharedStates:
                 state.reset()
 
 
-def _child_classes(options: CombinedOptions) -> dict[str, type]:
-    return options.classes
-
-
 class CombinedDrafter(DrafterBase):
     """Several drafters behind one name; see the module docstring."""
 
@@ -72,7 +68,7 @@ class CombinedDrafter(DrafterBase):
         super().__init__(options, resources)
         self.name = "+".join(options.children)
         shared = resources.shared.states if isinstance(resources.shared, _SharedStates) else {}
-        classes = _child_classes(options)
+        classes = options.classes
         self.children = [
             cls(options.children[name], replace(resources, shared=shared.get(name))) for name, cls in classes.items()
         ]
@@ -85,21 +81,19 @@ class CombinedDrafter(DrafterBase):
     def needs_for(cls, options: CombinedOptions) -> Needs:
         """The union of the children's needs."""
         needs = Needs()
-        for name, child in _child_classes(options).items():
+        for name, child in options.classes.items():
             needs = needs | child.needs_for(options.children[name])
         return needs
 
     @classmethod
     def state_bytes_per_token(cls, options: CombinedOptions, target: Any, dtype: str) -> float:
         """Every child keeps its own state: the sum."""
-        return sum(
-            c.state_bytes_per_token(options.children[n], target, dtype) for n, c in _child_classes(options).items()
-        )
+        return sum(c.state_bytes_per_token(options.children[n], target, dtype) for n, c in options.classes.items())
 
     @classmethod
     def shared_state(cls, options: CombinedOptions) -> _SharedStates:
         """Each child's engine-wide state."""
-        return _SharedStates({n: c.shared_state(options.children[n]) for n, c in _child_classes(options).items()})
+        return _SharedStates({n: c.shared_state(options.children[n]) for n, c in options.classes.items()})
 
     def begin(self, history: list[int]) -> None:
         """Every child begins."""
