@@ -1,4 +1,5 @@
-"""Shared test helpers: the CI flag, sandbox factories for tests that run in both sandboxes, a tiny model."""
+"""Shared test helpers: the CI flag, sandbox factories for tests that run in both sandboxes, a tiny model, the
+Hydra configs composed as the entry points compose them (compose_config, runner_config, the runner_cfg fixture)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 from engine.forward import path_refusal
 from engine.host import probe
 from engine.tiny import make_tiny_model
 
+PROJECT = Path(__file__).resolve().parents[1]
+CONF_DIR = PROJECT / "conf"
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 # `auto` keeps the static path rule in tests (and the commands they start): outputs must not depend on a kernel
 # timing taken on the test machine. The per-size plan has its own tests (test_forward_plan.py) with given plans.
@@ -58,6 +63,27 @@ def sandbox_factory_or_skip(kind: str, **options) -> Callable:
 def tiny_dir(tmp_path_factory):
     """A tiny random target model folder (1 layer x 64): plumbing of runners and benchmarks, fast on CPU."""
     return make_tiny_model(tmp_path_factory.mktemp("models") / "target", layers=1, hidden=64, seed=3)
+
+
+def compose_config(name: str, *overrides: str) -> DictConfig:
+    """conf/`name`.yaml composed with `overrides` (later ones win), as its `python -m` entry composes it: `config`
+    the runner's, `eval_model` the model evaluation's, `tune` the tuner's (structured schemas registered first)."""
+    from tuner.config import register_tune_configs  # the runner's schema and the tuner's; idempotent
+
+    register_tune_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(name, overrides=list(overrides))
+
+
+def runner_config(root: Path, *overrides: str) -> DictConfig:
+    """The runner's config (`python -m runners.run`) writing its run folders under `root`, without a progress bar."""
+    return compose_config("config", f"run.root={root}", "run.progress=false", *overrides)
+
+
+@pytest.fixture
+def runner_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
+    """runner_cfg(*overrides) -> the runner's composed config writing under this test's tmp_path (runner_config)."""
+    return lambda *overrides: runner_config(tmp_path, *overrides)
 
 
 def skip_unless_path_runs(path: str, dtype: torch.dtype, device: str = "cpu") -> None:
