@@ -14,39 +14,19 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from runners.concurrency import Wave, run_wave
-from runners.config import register_configs
 from runners.outcomes import SideRun
 from runners.run import execute
 from tests.runners.test_runner_killed import ROOT, _alive, _leftovers, _wait_for_a_command
 
-CONF = str(ROOT / "conf")
-register_configs()
+DEV3 = ("task.split=dev", "task.limit=3", "run.threads=1", "tracking.enabled=false")  # three tasks, quiet
 
 
-def _cfg(tmp: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(
-            "config",
-            overrides=[
-                "task.split=dev",
-                "task.limit=3",
-                f"run.root={tmp}",
-                "run.progress=false",
-                "run.threads=1",
-                "tracking.enabled=false",
-                *overrides,
-            ],
-        )
-
-
-def test_three_agents_at_once_add_up(tmp_path):
-    summary = execute(_cfg(tmp_path, "engine=ngram", "run.concurrency=3", "run.warmup=false", "run.name=c3"))
+def test_three_agents_at_once_add_up(runner_cfg, tmp_path):
+    summary = execute(runner_cfg(*DEV3, "engine=ngram", "run.concurrency=3", "run.warmup=false", "run.name=c3"))
     block = summary["concurrency"]
     assert block["agents"] == 3
     assert sorted((w["side"], w["tasks"]) for w in block["waves"]) == [("baseline", 3), ("candidate", 3)]
@@ -89,10 +69,10 @@ def test_two_sigterms_mid_wave_stop_every_agent(tmp_path):
     assert _leftovers(f"{proc.pid}.") == []
 
 
-def test_eval_model_with_two_agents_reports_their_throughput(tmp_path):
+def test_eval_model_with_two_agents_reports_their_throughput(runner_cfg, tmp_path):
     from runners.eval_model import evaluate_model
 
-    result = evaluate_model(_cfg(tmp_path, "run.concurrency=2", "run.warmup=false", "run.name=ev2"))
+    result = evaluate_model(runner_cfg(*DEV3, "run.concurrency=2", "run.warmup=false", "run.name=ev2"))
     block = result["concurrency"]
     assert block["agents"] == 2 and [w["side"] for w in block["waves"]] == ["baseline"]
     assert block["waves"][0]["tasks"] == 3 and block["sides"]["baseline"]["correct_tasks_per_minute"] > 0

@@ -1,25 +1,19 @@
 """Hydra config: every group composes, and wrong keys / values / group options fail with clear messages."""
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from common.units import GIB
 from engine.drafters import Needs
-from runners.config import baseline_config, check_candidate, check_config, engine_config, register_configs
+from runners.config import baseline_config, check_candidate, check_config, engine_config
 from runners.models import load_for
+from tests.conftest import compose_config
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
 HARDWARE = ("cpu", "rtx4060", "rtx3090", "rtx4090", "a100-80g", "h100-80g", "h200")
-
-register_configs()
 
 
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose("config", overrides=list(overrides))
+    return compose_config("config", *overrides)
 
 
 def _chain(exc: BaseException) -> str:

@@ -1,20 +1,13 @@
 """Runner defaults: `task.limit=N` takes N tasks spread over the split (the README's 5 tasks: 5 projects)."""
 
-from pathlib import Path
-
-from hydra import compose, initialize_config_dir
-
-from runners.config import TaskConf, register_configs
+from runners.config import TaskConf
 from tasks.suites import load_suite
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-register_configs()
+from tests.conftest import compose_config
 
 
 def test_default_subset_is_spread_so_five_tasks_cover_five_projects():
     assert TaskConf().subset == "spread"
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        cfg = compose("config", overrides=["task=swe-lite", "task.split=dev", "task.limit=5", "run.name=x"])
+    cfg = compose_config("config", "task=swe-lite", "task.split=dev", "task.limit=5", "run.name=x")
     assert cfg.task.subset == "spread"
     instances = load_suite(cfg.task.name, cfg.task.split, cfg.task.limit, None, cfg.task.path, cfg.task.subset)
     assert len({i.repo for i in instances}) == 5

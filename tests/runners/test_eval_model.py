@@ -11,26 +11,25 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from agents.loop import STATUSES
 from engine.tiny import make_tiny_model
-from runners.config import register_configs
 from runners.eval_model import CONFIG_NAME, breakdown, evaluate_model
 from runners.outcomes import SideRun
 from tasks.schema import Instance
 from tasks.suites import verify_swe_lite
+from tests.conftest import compose_config, runner_config
 
 ROOT = Path(__file__).resolve().parents[2]
-register_configs()
 
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval")
     target = make_tiny_model(tmp / "target", layers=1, hidden=64, seed=3)
-    overrides = [
+    cfg = runner_config(
+        tmp,
         f"model.target={target}",
         "model.draft=null",
         "task.split=dev",
@@ -39,13 +38,9 @@ def evaluated(tmp_path_factory):
         "run.seed=5",
         "agent.max_new_tokens=16",
         "agent.max_format_errors=1",
-        f"run.root={tmp}",
         "run.name=ev",
-        "run.progress=false",
         f"tracking.uri=sqlite:///{tmp}/mlflow.db",
-    ]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose("config", overrides=overrides)
+    )
     return tmp / "ev", evaluate_model(cfg)
 
 
@@ -114,10 +109,9 @@ def test_breakdown_counts_by_status_family_and_difficulty():
 
 
 def test_command_line_defaults_yield_to_the_users_keys():
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        plain = compose(CONFIG_NAME, overrides=["task.split=test"])
-        mine = compose(CONFIG_NAME, overrides=["engine=suffix", "run.name=mine", "engine.temperature=0.7"])
-        runner = compose("config", overrides=["engine=none", "task.split=test"])
+    plain = compose_config(CONFIG_NAME, "task.split=test")
+    mine = compose_config(CONFIG_NAME, "engine=suffix", "run.name=mine", "engine.temperature=0.7")
+    runner = compose_config("config", "engine=none", "task.split=test")
     assert plain.engine.drafter == "none" and plain.run.name.startswith("eval-swe-lite-test-spectune-tiny-")
     assert (mine.engine.drafter, mine.run.name, mine.engine.temperature) == ("suffix", "mine", 0.7)
     # Everything but the run name is the runner's own config with plain decoding.

@@ -2,35 +2,30 @@
 the bundled spectune-tiny pair resolves from any working directory."""
 
 import time
-from pathlib import Path
 
 import pytest
 from huggingface_hub import try_to_load_from_cache
-from hydra import compose, initialize_config_dir
 
 from engine.loading import ModelNotFoundError, check_same_tokenizer, load_model
-from runners.config import check_config, register_configs
+from runners.config import check_config
 from runners.models import PROJECT_ROOT, load_models, resolve_model_path
+from tests.conftest import CONF_DIR, compose_config
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 HUB_PAIRS = {
     "qwen2.5-coder-1.5b": ("Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
     "qwen2.5-coder-7b": ("Qwen/Qwen2.5-Coder-7B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
     "llama-3.2-3b": ("meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
 }
 
-register_configs()
-
 
 def _model(name: str, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose("config", overrides=[f"model={name}", "run.name=x", *overrides])
+    cfg = compose_config("config", f"model={name}", "run.name=x", *overrides)
     check_config(cfg)
     return cfg.model
 
 
 def test_every_model_option_composes_under_its_own_name():
-    names = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+    names = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
     assert {"spectune-tiny", *HUB_PAIRS} <= set(names)
     needs_target = {  # options without a default target, and what else they need
         "local": ["model.target=/models/mine"],

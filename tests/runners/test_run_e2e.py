@@ -9,37 +9,29 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from runners.compare import Baseline, Comparison
-from runners.config import agent_config, register_configs
+from runners.config import agent_config
 from runners.models import load_models
 from runners.run import execute
 from runners.summary import SIDE_KEYS
 from runners.workload import Workload
 from tasks.environment import make_environment
 from tasks.suites import load_suite
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-register_configs()
+from tests.conftest import runner_config
 
 
 def _cfg(tmp: Path, target: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(
-            "config",
-            overrides=[
-                f"model.target={target}",
-                "model.draft=null",
-                "task.limit=2",
-                "agent.max_new_tokens=24",
-                "agent.max_format_errors=2",
-                f"run.root={tmp}",
-                "run.progress=false",
-                f"tracking.uri=sqlite:///{tmp}/mlflow.db",
-                *overrides,
-            ],
-        )
+    return runner_config(
+        tmp,
+        f"model.target={target}",
+        "model.draft=null",
+        "task.limit=2",
+        "agent.max_new_tokens=24",
+        "agent.max_format_errors=2",
+        f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -14,40 +14,31 @@ import signal
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from engine.loading import ModelFileError
 from runners.compare import Comparison
-from runners.config import register_configs
 from runners.eval_model import evaluate_model
 from runners.interrupt import GracefulStop, until_stopped
 from runners.outputs import read_raw_rows
 from runners.run import execute
 from runners.runfolder import RunFolderError
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-register_configs()
+from tests.conftest import runner_config
 
 
 def _cfg(root: Path, target: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(
-            "config",
-            overrides=[
-                f"model.target={target}",
-                "model.draft=null",
-                "task.split=dev",
-                "task.limit=3",
-                "agent.max_new_tokens=16",
-                "agent.max_format_errors=1",
-                f"run.root={root}",
-                "run.name=r",
-                "run.progress=false",
-                "run.warmup=false",
-                "tracking.enabled=false",
-                *overrides,
-            ],
-        )
+    return runner_config(
+        root,
+        f"model.target={target}",
+        "model.draft=null",
+        "task.split=dev",
+        "task.limit=3",
+        "agent.max_new_tokens=16",
+        "agent.max_format_errors=1",
+        "run.name=r",
+        "run.warmup=false",
+        "tracking.enabled=false",
+        *overrides,
+    )
 
 
 def _signals_in(monkeypatch, when: dict[tuple[int, str], list[int]]) -> list[tuple[int, str]]:

@@ -13,34 +13,25 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from engine.stats import GenerationStats
-from runners.config import register_configs
 from runners.run import execute
 from runners.summary import SIDE_KEYS
+from tests.conftest import runner_config
 from tests.serving.conftest import server_pids
 from tests.serving.test_stats import assert_identities
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-register_configs()
-
 
 def _cfg(tmp: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(
-            "config",
-            overrides=[
-                "task.split=test",
-                "task.limit=2",
-                "engine.backend=llama-server",
-                "server.threads=1",
-                f"run.root={tmp}",
-                "run.progress=false",
-                "tracking=none",
-                *overrides,
-            ],
-        )
+    return runner_config(
+        tmp,
+        "task.split=test",
+        "task.limit=2",
+        "engine.backend=llama-server",
+        "server.threads=1",
+        "tracking=none",
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")

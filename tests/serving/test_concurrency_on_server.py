@@ -10,35 +10,23 @@ from __future__ import annotations
 
 import json
 
-from hydra import compose, initialize_config_dir
-
-from runners.config import register_configs
 from runners.run import execute
-from tests.runners.test_runner_killed import ROOT
 from tests.serving.conftest import server_pids
 
-register_configs()
 
-
-def test_two_agents_share_one_server_with_a_slot_each(binary, ggufs, tmp_path):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose(
-            "config",
-            overrides=[
-                "task.split=dev",
-                "task.limit=3",
-                "engine=ngram",
-                "engine.backend=llama-server",
-                f"server.target_gguf={ggufs['target']}",
-                "run.concurrency=2",
-                "run.warmup=false",
-                f"run.root={tmp_path}",
-                "run.name=np2",
-                "run.progress=false",
-                "run.threads=1",
-                "tracking.enabled=false",
-            ],
-        )
+def test_two_agents_share_one_server_with_a_slot_each(binary, ggufs, runner_cfg, tmp_path):
+    cfg = runner_cfg(
+        "task.split=dev",
+        "task.limit=3",
+        "engine=ngram",
+        "engine.backend=llama-server",
+        f"server.target_gguf={ggufs['target']}",
+        "run.concurrency=2",
+        "run.warmup=false",
+        "run.name=np2",
+        "run.threads=1",
+        "tracking.enabled=false",
+    )
     summary = execute(cfg)
     for side in ("baseline", "candidate"):
         described = summary["backend"][side]

@@ -15,19 +15,17 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
 from engine.drafters import Needs
-from runners.config import available_heads, check_config, register_configs
+from runners.config import available_heads, check_config
 from serving.gguf_checks import check_eagle3_head, check_mtp_layers, check_same_vocabulary, check_tokenizer
 from serving.gguf_file import GgufError, read_gguf
 from serving.gguf_tokenizer import embedded_tokenizer_json, gguf_tokenizer
 from serving.server_tokenizer import ServerTokenizer
+from tests.conftest import runner_config
 from tests.serving.conftest import MODELS, server_pids
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-register_configs()
 MESSAGES = [
     {"role": "system", "content": "You are a coding agent.\n  Reply with one bash block."},
     {"role": "user", "content": "Fix `parse()` in a.py:\n\tdef parse(s):\n\t\treturn s <|im_end|> é"},
@@ -41,21 +39,16 @@ def alone(gguf_only):
 
 
 def _cfg(tmp: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(
-            "config",
-            overrides=[
-                "model=gguf",
-                "engine.backend=llama-server",
-                "task.split=test",
-                "task.limit=1",
-                "server.threads=1",
-                f"run.root={tmp}",
-                "run.progress=false",
-                "tracking=none",
-                *overrides,
-            ],
-        )
+    return runner_config(
+        tmp,
+        "model=gguf",
+        "engine.backend=llama-server",
+        "task.split=test",
+        "task.limit=1",
+        "server.threads=1",
+        "tracking=none",
+        *overrides,
+    )
 
 
 def test_the_files_facts_come_from_its_metadata(alone):

@@ -5,14 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from tuner.config import register_tune_configs
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-PROJECT = Path(__file__).resolve().parents[2]
-register_tune_configs()
+from tests.conftest import PROJECT, compose_config
 
 # Small and fast: 2 search tasks, 1 repeat, no warm-up, bundled model paths made absolute.
 SMALL = (
@@ -31,8 +26,7 @@ SMALL = (
 
 def tune_config(tmp_path: Path, *overrides: str, drafters: dict | None = None):
     """The tuner's composed config writing under tmp_path (later overrides win; `drafters` replaces the space's)."""
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        cfg = compose("tune", overrides=[*SMALL, f"run.root={tmp_path / 'runs'}", "study.name=t", *overrides])
+    cfg = compose_config("tune", *SMALL, f"run.root={tmp_path / 'runs'}", "study.name=t", *overrides)
     if drafters is not None:
         OmegaConf.update(cfg, "space.drafters", drafters, merge=False)  # a command-line dict would merge
     return cfg

@@ -1,23 +1,16 @@
 """The search space: conditional suggestions, draft_model only with a draft, bad space files fail early."""
 
-from pathlib import Path
-
 import optuna
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engine.engine import Engine, EngineConfig
-from tuner.config import register_tune_configs
+from tests.conftest import compose_config
 from tuner.space import load_space, suggest
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-register_tune_configs()
 
 
 def _tune(*overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose("tune", overrides=list(overrides))
+    return compose_config("tune", *overrides)
 
 
 @pytest.mark.parametrize("name", ["default", "lookup", "full"])
