@@ -114,7 +114,10 @@ BY_TEST = {  # tests whose need shows only in their bodies (or a fixture of thei
         "tests/tasks/test_swebench_eval.py::test_container_run_resolves_the_gold_patch",
         "tests/tasks/test_swebench_eval.py::test_container_run_reports_a_patch_that_does_not_apply",
     ),
-    "postgres": ("tests/tuner/test_storage.py::test_postgres_storage_keeps_trials",),
+    "postgres": (
+        "tests/tuner/test_storage.py::test_postgres_storage_keeps_trials",
+        "tests/tuner/test_workers.py::test_two_workers_with_their_own_run_roots_and_one_killed_finish_the_budget_once",
+    ),
 }
 # Slow by measurement, on the project's 2-core CPU (2026-12-06: the full suite with --durations=0, then the fast
 # tier's own runs): every test whose call took 3 s or more, with all its parameters (subprocess runs of the CLIs,

@@ -57,9 +57,8 @@ class BaselineRecord:
         """Agent wall time of all OFF task runs (the drift compares this)."""
         return sum(r.time_s for r in self.runs)
 
-    def save(self, study_dir: Path) -> Path:
-        """Write baseline.json atomically; returns its path."""
-        path = study_dir / BASELINE_FILE
+    def to_json(self) -> str:
+        """The record as baseline.json holds it (what the study's storage also carries, tuner/recording.py)."""
         data = {
             "repeats": self.repeats,
             "instance_ids": self.instance_ids,
@@ -68,7 +67,12 @@ class BaselineRecord:
             "summary": {k: v for k, v in self.summary.items() if k != "per_position"},
             "runs": [raw_row(r) for r in self.runs],
         }
-        write_atomic(path, dumps_strict(data))
+        return dumps_strict(data)
+
+    def save(self, study_dir: Path) -> Path:
+        """Write baseline.json atomically; returns its path."""
+        path = study_dir / BASELINE_FILE
+        write_atomic(path, self.to_json())
         return path
 
 
@@ -78,7 +82,15 @@ def load_baseline(study_dir: Path) -> BaselineRecord | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
+        return record_from_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a spectune baseline ({exc}); delete it to re-measure OFF") from exc
+
+
+def record_from_json(text: str) -> BaselineRecord:
+    """A BaselineRecord from what `to_json` wrote; ValueError saying what is wrong otherwise."""
+    try:
+        data = json.loads(text)
         runs = [side_run_from_row(row) for row in data["runs"]]
         if any(r is None for r in runs):
             raise ValueError("a run row lacks fields")
@@ -89,8 +101,8 @@ def load_baseline(study_dir: Path) -> BaselineRecord | None:
             trial_number=data.get("trial_number"),
             host=data.get("host"),
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a spectune baseline ({exc}); delete it to re-measure OFF") from exc
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def record_from_outcomes(

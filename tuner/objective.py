@@ -49,7 +49,7 @@ from runners.outcomes import SideRun, TaskOutcome
 from runners.replay import ReplayComparison
 from runners.summary import cost_ratios, side_summary, summarize
 from tasks.sandbox.owner import owner_token
-from tuner import constraints, server_choice
+from tuner import constraints, recording, server_choice
 from tuner import study as studies
 from tuner.baseline import BaselineRecord, record_from_outcomes
 from tuner.confirm import per_repeat_speedups, speedup_interval
@@ -211,6 +211,7 @@ class Objective:
         ids = [i.instance_id for i in self.workload.instances]
         record = record_from_outcomes(outcomes, self.workload.repeats, ids, trial.number, socket.gethostname())
         record.save(self.setup.study_dir)
+        recording.publish(trial.study, record)  # before the trial completes: a worker that sees it done finds it
         self.baseline = record
         side = record.summary
         config = comparison.baseline_engine.config  # type: ignore[union-attr]
@@ -235,8 +236,13 @@ class Objective:
         return _value(self.reference)
 
     def _candidate(self, trial: optuna.Trial) -> float:
+        if self.baseline is None:  # another worker took the recording trial after this one looked
+            self.baseline = recording.wait(trial.study, self.setup.study_dir, lambda: self.stop.requested)
         if self.baseline is None:
-            raise RuntimeError("the baseline (trial 0) has not been recorded; it must run before any candidate")
+            raise RuntimeError(
+                "the baseline (trial 0) has not been recorded, and neither the study's storage nor this run folder "
+                "holds a recording; it must run before any candidate"
+            )
         config = suggest(trial, self.setup.space, self.setup.base)
         choice = server_choice.suggest(trial, self.setup.choices)  # a llama-server study's file and KV type
         trial.set_user_attr("engine", asdict(config))

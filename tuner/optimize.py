@@ -16,8 +16,9 @@ from optuna.trial import FrozenTrial
 from rich.console import Console
 
 from common.errors import ConfigError
+from tuner import peers, recording
 from tuner import study as studies
-from tuner.baseline import BaselineRecord, load_baseline
+from tuner.baseline import BaselineRecord
 from tuner.objective import Objective
 from tuner.points import drafter_points, space_size
 from tuner.report import StudyProgress
@@ -46,33 +47,44 @@ def max_asks(trials: int) -> int:
     return trials * 4 + 8
 
 
+def remaining(started: float, timeout_s: float | None) -> float | None:
+    """Seconds of tuner.timeout_s left since `started` (0 when spent; None: no limit)."""
+    return None if timeout_s is None else max(timeout_s - (time.monotonic() - started), 0.0)
+
+
+# Keys a study made before them lacks: written in on resume, not compared (an older study's worker recorded none).
+ADDED_KEYS = ("model_sha256", "suite_sha256")
+RETIRED_KEYS = ("model",)  # the model's path: its content (model_sha256) is what must match, wherever it lies
+WHAT = {"model_sha256": "model files", "suite_sha256": "task suite (the search and held-out tasks' contents)"}
+
+
 def check_same_study(study: optuna.Study, fingerprint: dict[str, Any], name: str) -> None:
-    """A resumed study must search the same tasks and space; otherwise its trials are not comparable."""
+    """A resumed study, or another worker of it, must search the same tasks and space with the same model;
+    otherwise its trials are not comparable. One line saying what differs."""
     recorded = study.user_attrs.get("fingerprint")
     if recorded is None:
         study.set_user_attr("fingerprint", fingerprint)
         return
-    differs = sorted(k for k in set(fingerprint) | set(recorded) if recorded.get(k) != fingerprint.get(k))
+    recorded = {k: v for k, v in recorded.items() if k not in RETIRED_KEYS}
+    missing = [k for k in ADDED_KEYS if k not in recorded]
+    differs = sorted(
+        k for k in set(fingerprint) | set(recorded) if k not in missing and recorded.get(k) != fingerprint.get(k)
+    )
+    contents = [k for k in differs if k in WHAT]
+    if contents:
+        what = " and ".join(
+            f"{WHAT[k]} (sha256 {fingerprint.get(k, '-')[:12]}, the study's {recorded[k][:12]})" for k in contents
+        )
+        raise ConfigError(
+            f"study {name!r}: this worker's {what} differ; every worker of a study must run the same model and tasks "
+            "(copy them over, or choose another study.name)"
+        )
     if differs:
         raise ConfigError(
             f"study {name!r} was created with other {', '.join(differs)}; keep them or choose another study.name"
         )
-
-
-def _wait_for_baseline(study: optuna.Study, setup: TuneSetup, stop, console: Console) -> BaselineRecord | None:
-    """Another process is recording OFF: wait for baseline.json (or for that trial to end)."""
-    console.print("another process is recording the baseline (trial 0); waiting for it")
-    while not stop.requested:
-        record = load_baseline(setup.study_dir)
-        running = [
-            t
-            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if studies.role(t) == "baseline"
-        ]
-        if record is not None or not running:
-            return record
-        time.sleep(1.0)
-    return None
+    if missing:  # an older study: from now on its workers are checked on content too
+        study.set_user_attr("fingerprint", {**study.user_attrs["fingerprint"], **{k: fingerprint[k] for k in missing}})
 
 
 def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> StudyRun:
@@ -88,10 +100,11 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
         pruner=studies.make_pruner(s.pruner, s.prune_p, s.prune_startup_steps),
     )
     check_same_study(study, {**setup.fingerprint, "measurement": MEASUREMENT}, s.name)
-    record = load_baseline(setup.study_dir) if studies.baseline_trial(study) is not None else None
+    record = recording.fetch(study, setup.study_dir)  # the storage carries it to a worker with another run root
     queued = studies.ensure_baseline_queued(study) if record is None else False
     if record is None and not queued:
-        record = _wait_for_baseline(study, setup, stop, console)
+        console.print("another worker is recording the baseline (trial 0); waiting for it")
+        record = recording.wait(study, setup.study_dir, lambda: stop.requested)
     killed = studies.fail_dead_trials(study, storage, s.max_retry)
     requeued = studies.requeue_interrupted(study)
     resumed = tracker.open_study(
@@ -145,10 +158,25 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
     try:
         with progress:
             left = studies.budget_left(study, t.trials) + (1 if record is None else 0)
-            if left and not stop.requested and not (size is not None and len(studies.measured_keys(study)) >= size):
+            while left and not stop.requested and not (size is not None and len(studies.measured_keys(study)) >= size):
                 study.optimize(
-                    objective, n_trials=max_asks(left), timeout=t.timeout_s, catch=(Exception,), callbacks=[finished]
+                    objective,
+                    n_trials=max_asks(left),
+                    timeout=remaining(started, t.timeout_s),
+                    catch=(Exception,),
+                    callbacks=[finished],
                 )
+                # others may still run trials: a dead worker's is failed (and retried here), a live one's is left to
+                # it (the last worker to end finishes); with none left, run what the budget still has
+                if stop.requested or remaining(started, t.timeout_s) == 0:
+                    break
+                if not peers.wait_for_others(
+                    study, storage, lambda: stop.requested, console.print, max_retry=s.max_retry
+                ):
+                    break
+                before, left = left, studies.budget_left(study, t.trials) + (1 if objective.baseline is None else 0)
+                if left >= before and not studies.queued(study):  # no progress and nothing queued: a stuck sampler
+                    break
     except KeyboardInterrupt:
         stop.count = max(stop.count, 1)
     finally:

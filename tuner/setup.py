@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from common.digest import content_digest
 from common.errors import ConfigError
 from engine.engine import EngineConfig
 from export import llama_server as llama_exporter
@@ -283,6 +286,23 @@ def server_capabilities(cfg: DictConfig, backend: str) -> Capabilities | None:
     return caps
 
 
+def model_digest(model: DictConfig) -> str:
+    """sha256 over the contents of the model's files: the target and every head the config names."""
+    h = hashlib.sha256()
+    for role in ("target", "draft", "mtp", "eagle3"):
+        where = model.get(role)
+        if where:
+            h.update(f"{role}\0{content_digest(where)}\n".encode())
+    return h.hexdigest()
+
+
+def suite_digest(instances: list[Instance], held_out: list[Instance]) -> str:
+    """sha256 over every field of the search and held-out tasks (issue, tests, patches): the same ids with other
+    contents are another suite."""
+    rows = [asdict(i) for i in instances] + [{"held_out": asdict(i)} for i in held_out]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def prepare(cfg: DictConfig) -> TuneSetup:
     """Check the config, then load the tasks, the environment and the models: the study's frozen setup."""
     base = check(cfg)
@@ -328,7 +348,9 @@ def prepare(cfg: DictConfig) -> TuneSetup:
         "tasks": [i.instance_id for i in instances],
         "repeats": cfg.run.repeats,
         "space": OmegaConf.to_container(cfg.space, resolve=True),
-        "model": cfg.model.target,
+        # what the model and the tasks hold, not where they are: a worker on another machine keeps them elsewhere
+        "model_sha256": model_digest(cfg.model),
+        "suite_sha256": suite_digest(instances, held_out),
     }
     if backend.fingerprinted:  # builtin studies made before backends existed keep their fingerprint
         fingerprint["backend"] = base.backend

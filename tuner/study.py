@@ -181,6 +181,11 @@ def ensure_baseline_queued(study: optuna.Study) -> bool:
     return True
 
 
+def queued(study: optuna.Study) -> bool:
+    """Whether a trial waits in the queue (a retry, a re-queued or enqueued one); finish claims are not trials."""
+    return any(role(t) != "finish" for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
 def requeue_interrupted(study: optuna.Study) -> list[int]:
     """Queue again the candidates a stop interrupted (same parameters), once each; returns their numbers."""
     trials = study.get_trials(deepcopy=False)
