@@ -141,6 +141,7 @@ def _study_with_budget(budget_s: float | None, trials: int = 5, step_s: float = 
         recording=lambda: record,
         clock=clock,
         now=wall,
+        export_s=60,
     )
 
     def objective(trial: optuna.Trial) -> float:
