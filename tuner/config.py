@@ -48,6 +48,8 @@ class TunerConf:
 
     trials: int = 16  # candidate trials (the OFF baseline comes on top)
     timeout_s: float | None = None  # stop starting new trials after this many seconds (null = no limit)
+    # wall time of the whole run, confirmation and export included: 2h, 90m, 1h30m, 45s or seconds (null = no limit)
+    budget: str | None = None
     max_regressions: int = 0  # tasks solved OFF but not ON a feasible configuration may have
     confirm: bool = True  # run the best configuration against OFF on the held-out split
     confirm_split: str = "test"  # held-out split for the confirmation

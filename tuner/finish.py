@@ -51,6 +51,8 @@ from tuner.config import register_tune_configs
 from tuner.confirm import confirm
 from tuner.export_ggufs import bundled_ggufs, served_facts
 from tuner.plots import save_study_plots
+from tuner.points import drafter_points, space_size
+from tuner.projection import coverage, coverage_line, versus_actual, versus_line
 from tuner.report import trials_table
 from tuner.setup import TuneSetup, at_level, prepare
 from tuner.storage import open_storage
@@ -254,10 +256,17 @@ def finish(
         decisions[target] = decide(
             winner, confirmation, min_speedup=setup.tuner.min_speedup, max_regressions=setup.tuner.max_regressions
         )
-    exports = [] if stop.requested else _write_best(setup, winners, decisions, confirmations)
+    covered = coverage(study, space_size_of(setup), setup.tuner.trials)
+    exports = [] if stop.requested else _write_best(setup, winners, decisions, confirmations, covered)
     best = winners[SPECTUNE].trial
     plots = save_study_plots(trials, best, setup.memory.ceiling_bytes, setup.study_dir)
     baseline = studies.baseline_trial(study)
+    versus = versus_actual(study)  # the projection against the wall time to here, the end of the export
+    timings: dict[str, Any] = {"finish_s": time.monotonic() - started}
+    if versus is not None:
+        timings.update(
+            projected_s=versus["projected_s"], actual_s=versus["actual_s"], projection_error_pct=versus["error_pct"]
+        )
     summary: dict[str, Any] = {
         "study": setup.study.name,
         "storage": setup.storage_description,
@@ -282,7 +291,9 @@ def finish(
         ),
         "partial": bool(stop.requested),
         "interrupted": stop.signal_name if stop.requested else None,
-        "timings": {"finish_s": time.monotonic() - started},
+        "coverage": covered,
+        "projection": versus,
+        "timings": timings,
     }
     write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
     where = setup.study_dir
@@ -291,8 +302,19 @@ def finish(
     return summary
 
 
+def space_size_of(setup: TuneSetup) -> int | None:
+    """The points a study may measure (None when a knob is continuous): every drafter point on each target file and
+    KV type a llama-server study may choose."""
+    size = space_size(drafter_points(setup.space, setup.base))
+    return None if size is None else size * len(setup.choices.targets) * len(setup.choices.cache_types)
+
+
 def _write_best(
-    setup: TuneSetup, winners: dict, decisions: dict[str, Decision], confirmations: dict[int, dict]
+    setup: TuneSetup,
+    winners: dict,
+    decisions: dict[str, Decision],
+    confirmations: dict[int, dict],
+    covered: dict[str, Any] | None = None,
 ) -> list[Path]:
     """best/ from scratch (written beside, then swapped in, so a reader never sees half of it)."""
     best_dir = setup.study_dir / BEST_DIR
@@ -321,6 +343,8 @@ def _write_best(
         f"Speculation is exported ON only where the held-out confirmation's 95% interval lies above "
         f"{setup.tuner.min_speedup:g} (tuner.min_speedup).",
     ]
+    if covered is not None:
+        header += ["", coverage_line(covered)]  # a paragraph of its own
     paths.append(write_index(fresh, rows, header))
     old = setup.study_dir / (BEST_DIR + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -380,6 +404,10 @@ def print_result(summary: dict[str, Any], setup: TuneSetup, console: Console, tr
             f"{target:<13} {trial:<10} search {_x(s.get('speedup'))}  confirmed {_x(c.get('pooled'))}{span}  "
             f"-> {verdict}: {w['reason']}"
         )
+    if summary.get("coverage"):
+        out.print(coverage_line(summary["coverage"]), markup=False, highlight=False)
+    if summary.get("projection"):
+        out.print(versus_line(summary["projection"]), markup=False, highlight=False)
     if summary["exports"]:
         out.print(f"exports: {setup.study_dir / BEST_DIR} (README.md: the table; one folder per target)")
     urls = tracker.view_urls()

@@ -32,6 +32,7 @@ from tasks.environment import make_environment
 from tasks.schema import Instance
 from tasks.suites import load_suite
 from tuner import constraints, server_choice
+from tuner.projection import parse_budget
 from tuner.space import Space, load_space
 from tuner.storage import describe_storage
 from tuner.study import PRUNERS, SAMPLERS
@@ -77,6 +78,7 @@ class TunerSettings:
     min_speedup: float
     levels: tuple[int, ...] = (1,)  # tuner.concurrency: the levels the run tunes for, one study each
     concurrency: int = 1  # the level this setup's study measures (at_level)
+    budget_s: float | None = None  # tuner.budget in seconds (None: no limit; tuner/projection.py)
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,7 @@ def check(cfg: DictConfig) -> EngineConfig:
         raise ConfigError(f"tuner.confirm_repeats must be >= 1, got {t.confirm_repeats}")
     if t.timeout_s is not None and t.timeout_s <= 0:
         raise ConfigError(f"tuner.timeout_s must be positive or null, got {t.timeout_s}")
+    parse_budget(t.budget)
     if s.heartbeat_interval < 1:
         raise ConfigError(f"study.heartbeat_interval must be >= 1 s, got {s.heartbeat_interval}")
     _choice(t.measure, MEASURES, "tuner.measure")
@@ -390,6 +393,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
             serve=serve,
             min_speedup=float(t.min_speedup),
             levels=concurrency_levels(t.concurrency),
+            budget_s=parse_budget(t.budget),
         ),
         tracking=TrackingSettings(enabled=tr.enabled, uri=tr.uri, experiment=tr.experiment),
         study_dir=study_dir,
