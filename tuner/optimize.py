@@ -21,6 +21,7 @@ from tuner import study as studies
 from tuner.baseline import BaselineRecord
 from tuner.objective import Objective
 from tuner.points import drafter_points, space_size
+from tuner.projection import BudgetStop
 from tuner.report import StudyProgress
 from tuner.setup import TuneSetup
 from tuner.storage import open_storage
@@ -152,19 +153,26 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
             study.stop()
 
     objective = Objective(setup, stop=stop, baseline=record, on_task=progress.task_done)
+    budget = BudgetStop.for_setup(setup, recording=lambda: objective.baseline, console=console)
+    budget.announce(study)  # a resumed study's recording exists: the projection now; else after trial 0
     started = time.monotonic()
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial gets our own line, not a traceback
     try:
         with progress:
             left = studies.budget_left(study, t.trials) + (1 if record is None else 0)
-            while left and not stop.requested and not (size is not None and len(studies.measured_keys(study)) >= size):
+            while (
+                left
+                and not stop.requested
+                and not (size is not None and len(studies.measured_keys(study)) >= size)
+                and budget.allows_start(study)
+            ):
                 study.optimize(
                     objective,
                     n_trials=max_asks(left),
                     timeout=remaining(started, t.timeout_s),
                     catch=(Exception,),
-                    callbacks=[finished],
+                    callbacks=[finished, budget],
                 )
                 # others may still run trials: a dead worker's is failed (and retried here), a live one's is left to
                 # it (the last worker to end finishes); with none left, run what the budget still has

@@ -33,6 +33,7 @@ from tuner.config import register_tune_configs
 from tuner.finish import SUMMARY_FILE, finish, off_export_record
 from tuner.levels import write_levels
 from tuner.optimize import run_study
+from tuner.projection import budget_stop
 from tuner.report import trials_table
 from tuner.setup import TuneSetup, at_level, prepare
 from tuner.tracking import make_study_tracker
@@ -87,7 +88,7 @@ def _study(setup: TuneSetup, stop: GracefulStop, console: Console, started: floa
         )
         return _partial(setup, run, stop, summary, started)
     running = others_running(run.study)
-    spent = run.exhausted or studies.budget_left(run.study, setup.tuner.trials) == 0
+    spent = run.exhausted or studies.budget_left(run.study, setup.tuner.trials) == 0 or budget_stop(run.study)
     if running or not spent:
         trials = run.study.get_trials(deepcopy=False)
         table_console().print(trials_table(trials, f"study {setup.study.name} (this worker is done)"))
