@@ -99,7 +99,8 @@ class Comparison:
         # Each side's decoder (runners/backends/): the built-in engine, or a llama-server started on first use.
         self.baseline_engine: Backend | None = None
         if baseline is None:
-            self.baseline_engine = make_backend(
+            make = workload.kept.get if workload.kept is not None else make_backend
+            self.baseline_engine = make(
                 baseline_config(reference),
                 workload.models,
                 workload.baseline_server or workload.server,
@@ -148,9 +149,10 @@ class Comparison:
         return {name: backend for name, backend in sides.items() if backend is not None}
 
     def close(self) -> None:
-        """Stop what the backends started (llama-server processes); a later run starts them again."""
+        """Stop what the backends started (llama-server processes; kept ones stay up); a later run starts them again."""
         for backend in self.sides().values():
-            backend.close()
+            if self.workload.kept is None or not self.workload.kept.owns(backend):
+                backend.close()
 
     def _run(self) -> Iterator[TaskOutcome]:
         if self.workload.warmup and self.remaining():

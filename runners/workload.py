@@ -36,6 +36,9 @@ class Workload:
     # then ON is measured against that reference live; None: OFF runs on `server` as ON does
     baseline_server: Any = None
     concurrency: int = 1  # agents in flight at once, each side (run.concurrency; runners/concurrency.py)
+    # OFF's backends kept across comparisons (runners/backends/kept.py: the tuner's one OFF server per study);
+    # None: each comparison makes and stops its own
+    kept: Any = None
 
     @classmethod
     def from_config(

@@ -43,9 +43,8 @@ from runners.provenance import provenance
 from runners.report import table_console
 from runners.tracking import finish_or_report
 from serving.llama_binary import LlamaServerMissing, find_llama_server
-from tuner import server_choice
+from tuner import recording, server_choice
 from tuner import study as studies
-from tuner.baseline import load_baseline
 from tuner.claims import claim, others_running, release
 from tuner.config import register_tune_configs
 from tuner.confirm import confirm
@@ -429,38 +428,44 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     console = console or Console(stderr=True)
     with GracefulStop(console) as stop:
         setup = prepare(cfg)
-        if len(setup.tuner.levels) != 1:
-            raise ConfigError(
-                f"tuner.concurrency={list(setup.tuner.levels)}: name the one level whose study to finish, e.g. "
-                f"tuner.concurrency=[{setup.tuner.levels[-1]}]"
-            )
-        setup = at_level(setup, setup.tuner.levels[0])
-        storage = open_storage(
-            setup.study.storage,
-            setup.study_dir,
-            heartbeat_interval=setup.study.heartbeat_interval,
-            max_retry=setup.study.max_retry,
-        )
         try:
-            study = optuna.load_study(study_name=setup.study.name, storage=storage)
-        except KeyError:
-            raise ConfigError(f"no study {setup.study.name!r} in {setup.storage_description}") from None
-        if load_baseline(setup.study_dir) is None:
-            raise ConfigError(f"study {setup.study.name!r} has no recording yet (baseline.json): nothing to finish")
-        running = others_running(study)
-        if running:
-            console.print(f"[yellow]note:[/] trial(s) {[t.number for t in running]} still running are left out")
-        token = claim(study, storage)
-        if token is None:
-            raise ConfigError(f"another process is finishing study {setup.study.name!r} right now")
-        tracker = make_study_tracker(
-            setup.tracking.enabled, setup.tracking.uri, setup.tracking.experiment, setup.study_dir
-        )
-        tracker.open_study(setup.study.name, {}, {"hardware": setup.names["hardware"], "model": setup.names["model"]})
-        try:
-            summary = finish(setup, study, stop=stop, console=console, tracker=tracker)
+            return _finish_now(setup, stop, console)
         finally:
-            release(storage, token, "finished the study" if not stop.requested else "finish interrupted")
+            setup.close()  # OFF's kept server
+
+
+def _finish_now(setup: TuneSetup, stop: GracefulStop, console: Console) -> dict[str, Any]:
+    """`execute` once the study's setup is loaded."""
+    if len(setup.tuner.levels) != 1:
+        raise ConfigError(
+            f"tuner.concurrency={list(setup.tuner.levels)}: name the one level whose study to finish, e.g. "
+            f"tuner.concurrency=[{setup.tuner.levels[-1]}]"
+        )
+    setup = at_level(setup, setup.tuner.levels[0])
+    storage = open_storage(
+        setup.study.storage,
+        setup.study_dir,
+        heartbeat_interval=setup.study.heartbeat_interval,
+        max_retry=setup.study.max_retry,
+    )
+    try:
+        study = optuna.load_study(study_name=setup.study.name, storage=storage)
+    except KeyError:
+        raise ConfigError(f"no study {setup.study.name!r} in {setup.storage_description}") from None
+    if recording.fetch(study, setup.study_dir) is None:  # from the storage when another worker recorded it
+        raise ConfigError(f"study {setup.study.name!r} has no recording yet (baseline.json): nothing to finish")
+    running = others_running(study)
+    if running:
+        console.print(f"[yellow]note:[/] trial(s) {[t.number for t in running]} still running are left out")
+    token = claim(study, storage)
+    if token is None:
+        raise ConfigError(f"another process is finishing study {setup.study.name!r} right now")
+    tracker = make_study_tracker(setup.tracking.enabled, setup.tracking.uri, setup.tracking.experiment, setup.study_dir)
+    tracker.open_study(setup.study.name, {}, {"hardware": setup.names["hardware"], "model": setup.names["model"]})
+    try:
+        summary = finish(setup, study, stop=stop, console=console, tracker=tracker)
+    finally:
+        release(storage, token, "finished the study" if not stop.requested else "finish interrupted")
     return summary
 
 

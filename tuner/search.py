@@ -52,27 +52,35 @@ def execute(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     with GracefulStop(console) as stop:
         with stop.loading():
             setup = prepare(cfg)
-        levels = setup.tuner.levels
-        summaries: dict[int, dict[str, Any]] = {}
-        for level in levels:
-            at = at_level(setup, level)
-            if len(levels) > 1:
-                console.print(f"[bold]{level} agent(s) at once[/]: study {at.study.name} ({at.study_dir})")
-            summaries[level] = _study(at, stop, console, started)
-            if stop.requested or "winners" not in summaries[level]:
-                break  # interrupted, or another worker finishes this level: the levels' answer is not complete
-        if len(levels) == 1:
-            return summaries[levels[0]]
-        if len(summaries) < len(levels) or stop.requested:  # the levels' answer is incomplete: no levels/ export
-            return {**summaries[levels[0]], "levels": {str(n): s for n, s in summaries.items()}}
-        written = write_levels(setup, summaries, off_export_record(at_level(setup, levels[0])))
-        console.print(f"levels: {written['readme']} (the best configuration at each load, per target)")
-        summary = {
-            **summaries[levels[0]],
-            "levels": {str(n): s for n, s in summaries.items()},
-            "levels_export": written,
-        }
-        write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
+        try:
+            return _levels(setup, stop, console, started)
+        finally:
+            setup.close()  # the servers kept across trials (OFF's), whatever ended the run
+
+
+def _levels(setup: TuneSetup, stop: GracefulStop, console: Console, started: float) -> dict[str, Any]:
+    """Each level's study in order, then the levels' export when there are several (execute's docstring)."""
+    levels = setup.tuner.levels
+    summaries: dict[int, dict[str, Any]] = {}
+    for level in levels:
+        at = at_level(setup, level)
+        if len(levels) > 1:
+            console.print(f"[bold]{level} agent(s) at once[/]: study {at.study.name} ({at.study_dir})")
+        summaries[level] = _study(at, stop, console, started)
+        if stop.requested or "winners" not in summaries[level]:
+            break  # interrupted, or another worker finishes this level: the levels' answer is not complete
+    if len(levels) == 1:
+        return summaries[levels[0]]
+    if len(summaries) < len(levels) or stop.requested:  # the levels' answer is incomplete: no levels/ export
+        return {**summaries[levels[0]], "levels": {str(n): s for n, s in summaries.items()}}
+    written = write_levels(setup, summaries, off_export_record(at_level(setup, levels[0])))
+    console.print(f"levels: {written['readme']} (the best configuration at each load, per target)")
+    summary = {
+        **summaries[levels[0]],
+        "levels": {str(n): s for n, s in summaries.items()},
+        "levels_export": written,
+    }
+    write_atomic(setup.study_dir / SUMMARY_FILE, dumps_strict(summary))
     return summary
 
 

@@ -23,6 +23,7 @@ from engine.engine import EngineConfig
 from export import llama_server as llama_exporter
 from export.fit import server_names
 from runners.backends import ServerSettings, backend_class
+from runners.backends.kept import KeptBackends
 from runners.config import available_heads, check_config
 from runners.models import load_for
 from runners.workload import Workload
@@ -111,6 +112,11 @@ class TuneSetup:
     progress: bool = True
     # llama-server: the target files and KV types a trial may choose (tuner.targets, tuner.cache_types)
     choices: server_choice.Choices = field(default_factory=lambda: server_choice.Choices(("",), ("f16",)))
+
+    def close(self) -> None:
+        """Stop the backends kept across trials (OFF's llama-server); nothing else here holds a process."""
+        if self.workload.kept is not None:
+            self.workload.kept.close()
 
     @property
     def storage_description(self) -> str:
@@ -347,6 +353,8 @@ def prepare(cfg: DictConfig) -> TuneSetup:
     )
     server = backend.settings_from(cfg, models, study_dir / "server-logs", needs)
     workload = Workload.from_config(cfg, models, instances, environment, plain=base, server=server)
+    if server is not None:  # OFF's server started once for the study, not once per trial (runners/backends/kept.py)
+        workload = workload.with_(kept=KeptBackends())
     fingerprint: dict[str, Any] = {
         "tasks": [i.instance_id for i in instances],
         "repeats": cfg.run.repeats,

@@ -48,6 +48,11 @@ def test_a_study_on_llama_server_measures_there_and_exports_what_it_measured(bin
     assert "in a real llama-server" in (root / "best" / "llama-server" / "README.md").read_text()
     assert summary["best"] is not None and summary["winners"]["llama-server"]["trial"] is not None
     assert server_pids(str(ggufs["target"])) == [], "a llama-server outlived the study"
+    # OFF's server started once for the whole study (recording, both trials, the confirmation), not per trial:
+    # one log file per server start (runners/backends/kept.py)
+    off_starts = sorted(p.name for p in (root / "server-logs").glob("llama-server-none-*.log"))
+    assert len(off_starts) == 1, off_starts
+    assert len(list((root / "server-logs").glob("llama-server-ngram-*.log"))) >= 2  # each trial's ON its own
 
 
 def test_the_space_leaves_out_what_llama_server_cannot_run():
