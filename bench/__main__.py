@@ -21,6 +21,10 @@ a random search (--samplers) replay the measured values over the same space, dup
 exhausted as in the tuner. Per seed and over seeds: regret after a third of the grid's measured trials,
 measured trials to come within 5% of the grid's best (median and worst), and the target: within 5% of the
 grid's best in at most a third of the grid's trials. Rich tables or --json.
+
+`tuner-speed`: the tuner's trials per hour and time to an answer, whole `python -m tuner.search` runs on this
+tree and (--before COMMIT) on a worktree of that commit, alternating; and the default study's projected wall time
+at a stated scale (tokens/s, tokens per task), with the formula; bench/tuner_speed.py.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _batch_parser(sub)
     _concurrency_parser(sub)
     gguf_memory.add_parser(sub)
+    _tuner_speed_parser(sub)
     return parser
 
 
@@ -250,12 +255,64 @@ def _tuner_parser(sub: Any) -> None:
     tun.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (trial lines stay)")
 
 
+def _tuner_speed(args: argparse.Namespace) -> int:
+    """`tuner-speed`: measured (unless --project-only) and projected; one JSON object with --json."""
+    from rich.console import Console
+
+    from bench import tuner_speed
+
+    try:
+        result = tuner_speed.main_run(args, Console(stderr=True))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # a study that failed: its output is in the log the line names
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        tuner_speed.report(result, Console())
+    return 0
+
+
+def _tuner_speed_parser(sub: Any) -> None:
+    speed = sub.add_parser(
+        "tuner-speed",
+        help="the tuner's trials per hour and time to an answer, before vs after, and the default study at a scale",
+        description="Trials per hour and time to an answer of whole `python -m tuner.search` runs on this tree and "
+        "(--before) on a commit, alternating; then the default study's projected wall time at a stated scale.",
+    )
+    speed.add_argument("--before", default=None, help="a commit to measure against (a git worktree of it)")
+    speed.add_argument("--studies", type=_positive, default=2, help="studies per side, alternating (default 2)")
+    speed.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override of the study, e.g. --set engine.backend=llama-server --set space=llama-server (repeatable)",
+    )
+    speed.add_argument("--tokens-per-s", type=float, default=40.0, help="decode tokens/s at the scale (default 40)")
+    speed.add_argument(
+        "--tokens-per-task", type=float, default=3000.0, help="tokens one task run generates (default 3000)"
+    )
+    speed.add_argument(
+        "--agent-s", type=float, default=20.0, help="the agent's own seconds per task run: tools, grading (default 20)"
+    )
+    speed.add_argument("--project-only", action="store_true", help="only the projection at the stated scale")
+    speed.add_argument("--log", default="runs/bench/tuner-speed.log", help="the studies' output (appended)")
+    speed.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.benchmark == "engine":
         return _engine(parser, args)
+    if args.benchmark == "tuner-speed":
+        return _tuner_speed(args)
     if args.benchmark == "tuner":
         return _tuner(parser, args)
     if args.benchmark == "crossengine":

@@ -34,7 +34,7 @@ COMMANDS = _table(
     ("finish", "tuner.finish", "confirm and export a study now, whatever its workers do (Hydra overrides)"),
     ("run", "runners.run", "one configuration against OFF on a suite's tasks (Hydra overrides)"),
     ("eval", "runners.eval_model", "a model's task success, decoding plainly (Hydra overrides)"),
-    ("bench", "bench", "benchmarks: engine | tuner | crossengine | batch | concurrency | gguf-memory"),
+    ("bench", "bench", "benchmarks: engine | tuner | tuner-speed | crossengine | batch | concurrency | gguf-memory"),
     ("export", "export", "how each drafter maps to each server, as Markdown rows"),
     ("engine", "engine", "generate from a prompt on spectune's engine with one drafter"),
     ("engine memory", "engine.memory", "the memory model: what a target, drafter and context take"),

@@ -138,6 +138,7 @@ SLOW = {
         "test_ctrl_c_while_measuring_the_grid_writes_no_grid_file",
     ),
     "tests/bench/test_concurrency_bench.py": ("test_a_small_run_measures_both_levels_off_and_on",),
+    "tests/bench/test_tuner_speed.py": ("test_one_real_study_is_measured",),
     "tests/bench/test_gpu_check.py": (
         "test_bench_batch_takes_device_and_dtype",
         "test_memory_probe_estimates_on_a_cpu_where_no_peak_is_measured",
