@@ -31,6 +31,7 @@ from tuner.baseline import BaselineRecord
 from tuner.winners import pick_winners
 
 PROJECTION = "projection"  # study user attribute: the first projection of the run that finished the study
+PROJECTION_AGAIN = "projection_again"  # study user attribute: the projection made after the sampler's startup trials
 BUDGET_STOP = "budget_stop"  # study user attribute: why the budget stopped the search (absent: it did not)
 # A margin for writing best/ and the plots after the confirmations, not a measurement of this run: on the bundled
 # models they took about 1 s of a 10 s finish (the rest the confirmation), so a tenfold margin.
@@ -186,8 +187,10 @@ class BudgetStop:
         clock: Callable[[], float] | None = None,
         now: Callable[[], float] | None = None,
         export_s: float = EXPORT_S,
+        reproject_after: int = 0,
     ) -> None:
         self.budget_s, self.trials, self.mode = budget_s, trials, mode
+        self.reproject_after = reproject_after  # candidates measured when the projection is made again (0: never)
         self.confirm_tasks, self.confirm_repeats = confirm_tasks, confirm_repeats
         self.servers = tuple(servers)
         self.recording, self.console, self.export_s = recording, console, export_s
@@ -213,6 +216,7 @@ class BudgetStop:
             confirm_repeats=t.confirm_repeats,
             servers=t.serve or server_names(),
             recording=recording,
+            reproject_after=setup.study.startup_trials,
             **kwargs,
         )
 
@@ -247,7 +251,8 @@ class BudgetStop:
             trials=left,
             trial_s=statistics.fmean(s for s, _ in measured) if measured else prior,
             next_trial_s=max(_full_length(s, t) for s, t in measured) if measured else prior,
-            confirmations=max(len(winners), 1) if confirming else 0,
+            # before any trial, one; once trials are measured, the winners so far (none: nothing beat OFF yet)
+            confirmations=(len(winners) if measured else max(len(winners), 1)) if confirming else 0,
             # a next trial adds at most one distinct winner; there are no more winners than export targets
             reserved_confirmations=min(len(winners) + 1, len(self.servers) + 1) if confirming else 0,
             confirm_tasks=self.confirm_tasks,
@@ -291,8 +296,22 @@ class BudgetStop:
         seconds, self._mark = end - self._mark, end
         if studies.counts_toward_budget(trial):  # a copy of an earlier trial measured nothing
             self._measured.append((seconds, trial))
+            if len(self._measured) == self.reproject_after:
+                self._reproject(study)
         if self.stopped is None and not self.allows_start(study):
             study.stop()
+
+    def _reproject(self, study: optuna.Study) -> None:
+        """The projection again from this run's measured trials (pruning included), printed and kept on the study:
+        the recording cannot know how early trials will be pruned, or whether any will beat OFF."""
+        projection = self.projection(study)
+        if projection is None or projection.trials == 0:
+            return
+        line = projection.line(self.budget_s)
+        kept = {**asdict(projection), "total_s": projection.total_s, "line": line, "after": len(self._measured)}
+        study.set_user_attr(PROJECTION_AGAIN, {**kept, "at": self.now(), "owner": owner_token()})
+        if self.console is not None:
+            self.console.print(f"after {len(self._measured)} trial(s): {line}", markup=False, highlight=False)
 
     def _stop(self, study: optuna.Study, projection: Projection) -> None:
         """Record (on the study and here) and print why the budget stopped the search."""
@@ -366,6 +385,14 @@ def versus_actual(study: optuna.Study, now: Callable[[], float] | None = None) -
         "error_pct": 100.0 * (projection.total_s - actual) / actual if actual > 0 else None,
         "line": kept["line"],
     }
+    again = study.user_attrs.get(PROJECTION_AGAIN)
+    if again and again.get("owner") == owner_token():
+        total = Projection(**{k: again[k] for k in Projection.__dataclass_fields__}).total_s
+        out["again"] = {
+            "after_trials": again["after"],
+            "projected_s": total,
+            "error_pct": 100.0 * (total - actual) / actual if actual > 0 else None,
+        }
     stop = budget_stop(study)
     if stop is not None:  # fewer trials ran than projected: compare like with like as well
         ran = stop["after"] - (stop["of"] - projection.trials)  # done at the stop - done when projected
@@ -380,6 +407,9 @@ def versus_line(v: dict[str, Any]) -> str:
     text = f"wall time: projected {human(v['projected_s'])}, actual {human(v['actual_s'])}"
     if v["error_pct"] is not None:
         text += f" (projection {v['error_pct']:+.0f}%)"
+    again = v.get("again")
+    if again and again["error_pct"] is not None:
+        text += f"; after {again['after_trials']} trial(s): {human(again['projected_s'])} ({again['error_pct']:+.0f}%)"
     if v.get("projected_for_trials_run_s") is not None:
         text += f"; for the trials that ran: projected {human(v['projected_for_trials_run_s'])}"
         if v["error_for_trials_run_pct"] is not None:

@@ -125,7 +125,7 @@ def test_durations_read_as_a_person_says_them(seconds, text):
 # ---------------------------------------------------------------- the callback on a real study
 
 
-def _study_with_budget(budget_s: float | None, trials: int = 5, step_s: float = 600.0):
+def _study_with_budget(budget_s: float | None, trials: int = 5, step_s: float = 600.0, reproject_after: int = 0):
     """An in-memory study whose every trial takes `step_s` on a fake clock, with BudgetStop as its callback."""
     clock, wall = FakeClock(), FakeClock(1_000_000.0)
     record = BaselineRecord([_run(0), _run(1)], repeats=1, instance_ids=["task-0", "task-1"])
@@ -142,6 +142,7 @@ def _study_with_budget(budget_s: float | None, trials: int = 5, step_s: float = 
         clock=clock,
         now=wall,
         export_s=60,
+        reproject_after=reproject_after,
     )
 
     def objective(trial: optuna.Trial) -> float:
@@ -214,6 +215,20 @@ def test_the_closing_summary_compares_the_projection_with_the_actual_time():
     assert versus["projected_for_trials_run_s"] == 600 + 3 * 80 + 360 + 60
     line = projections.versus_line(versus)
     assert line.startswith("wall time: projected 24 m, actual 55 m (projection -57%)")
+
+
+def test_the_projection_is_made_again_from_the_trials_measured_after_the_startup_ones():
+    study, _, wall = _study_with_budget(None, reproject_after=2)
+    again = study.user_attrs[projections.PROJECTION_AGAIN]
+    # after the recording (600 s) and 2 trials of 600 s: 3 trials left x the measured 600 s, one confirmation (the
+    # best of the two is a feasible winner) of 3 x 1 x 2 x 60 s, and the export
+    assert again["after"] == 2 and again["total_s"] == 1800 + 3 * 600 + 360 + 60
+    assert "(from 2 trial(s) measured)" in again["line"]
+    wall.t += 420  # the confirmation and the export
+    versus = versus_actual(study, now=wall)
+    assert versus is not None and versus["again"]["after_trials"] == 2
+    assert versus["again"]["error_pct"] == pytest.approx(0.0)  # every trial took what the measured ones did
+    assert projections.versus_line(versus).endswith("; after 2 trial(s): 1 h 7 m (+0%)")
 
 
 def test_a_budget_stop_no_longer_holds_once_more_trials_count():
