@@ -212,7 +212,7 @@ def report(result: dict[str, Any], console: Any) -> None:
 
     measured = result.get("measured") or {}
     if measured:
-        table = Table(title=f"tuner speed: {' '.join(result['overrides']) or '(the main command defaults)'}")
+        table = Table(title=f"tuner speed: {' '.join(result['overrides']) or '(the defaults of conf/tune.yaml)'}")
         for column in ("side", "study", "trials", "replayed", "task runs (of unpruned)", "search", "trials/h", "wall"):
             table.add_column(column)
         for side in ("before", "after"):
