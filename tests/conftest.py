@@ -214,7 +214,10 @@ SLOW = {
         "test_the_trials_view_shows_the_trials_and_their_figures_in_chromium",
     ),
     "tests/tuner/test_projection.py": ("test_a_small_budget_stops_launching_trials_and_still_confirms_and_exports",),
-    "tests/tuner/test_peers.py": ("test_a_live_worker_on_another_host_is_left_to_finish",),
+    "tests/tuner/test_peers.py": (
+        "test_a_dead_worker_on_another_host_is_failed_and_its_trial_retried",
+        "test_a_live_worker_on_another_host_is_left_to_finish",
+    ),
     "tests/tuner/test_resume.py": ALL,
     "tests/tuner/test_search.py": (
         "test_a_candidate_the_backend_cannot_run_is_an_unsupported_trial",

@@ -22,6 +22,7 @@ from tuner import study as studies
 from tuner.claims import others_running
 
 POLL_S = 1.0  # how often a worker watching the others looks at their trials
+CLOCK_RESOLUTION_S = 1.0  # SQLite's now() (CURRENT_TIMESTAMP) has whole seconds; PostgreSQL's microseconds
 
 
 def has_heartbeat(storage: optuna.storages.BaseStorage) -> bool:
@@ -49,7 +50,9 @@ def wait_for_others(
     """True when no other worker's trial runs (dead ones failed and retried meanwhile); False when the others are
     alive (they finish the study), cannot be watched (another host, no heartbeat), or a stop was asked."""
     host = socket.gethostname()
-    window = grace_s(storage) + poll_s  # a trial RUNNING after this long under watch was stamped within the grace
+    # a trial RUNNING after this long under watch was stamped within the grace period; the database's clock judges
+    # staleness, and SQLite's counts whole seconds: one more second of watch
+    window = grace_s(storage) + CLOCK_RESOLUTION_S + poll_s
     watched: dict[int, float] = {}
     announced = False
     while not stopped():
