@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import PROJECT, compose_config
+from tests.conftest import IN_CI, PROJECT, compose_config
 
 # Small and fast: 2 search tasks, 1 repeat, no warm-up, bundled model paths made absolute.
 SMALL = (
@@ -36,3 +37,14 @@ def tune_config(tmp_path: Path, *overrides: str, drafters: dict | None = None):
 def tune(tmp_path):
     """tune(*overrides, drafters=None) -> composed config under this test's tmp_path."""
     return lambda *overrides, drafters=None: tune_config(tmp_path, *overrides, drafters=drafters)
+
+
+def postgres_url() -> str:
+    """SPECTUNE_POSTGRES_URL; skips without it, and fails under CI=true, where .ci/run must have set it."""
+    url = os.environ.get("SPECTUNE_POSTGRES_URL", "").strip()
+    if not url:
+        reason = "SPECTUNE_POSTGRES_URL is not set (.ci/run starts a throwaway PostgreSQL and sets it)"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return url

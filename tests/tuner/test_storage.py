@@ -17,7 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import IN_CI
+from tests.tuner.conftest import postgres_url
 from tuner.storage import JOURNAL_FILE, SQLITE_FILE, RetryCallback, describe_storage, open_storage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,20 +86,9 @@ study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0), n_trials=int(n_
 """
 
 
-def _postgres_url() -> str:
-    """SPECTUNE_POSTGRES_URL; skips without it, and fails under CI=true, where .ci/run must have set it."""
-    url = os.environ.get("SPECTUNE_POSTGRES_URL", "").strip()
-    if not url:
-        reason = "SPECTUNE_POSTGRES_URL is not set (.ci/run starts a throwaway PostgreSQL and sets it)"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return url
-
-
 def _storage_url(kind: str) -> str:
     """The open_storage argument for a test parameter."""
-    return _postgres_url() if kind == "postgres" else kind
+    return postgres_url() if kind == "postgres" else kind
 
 
 def _study_name() -> str:
@@ -255,7 +244,7 @@ def test_two_processes_share_one_journal(tmp_path):
 
 
 def test_postgres_storage_keeps_trials(tmp_path):
-    url = _postgres_url()
+    url = postgres_url()
     name = _study_name()
     try:
         storage = open_storage(url, tmp_path)

@@ -23,7 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import IN_CI
-from tests.tuner.conftest import PROJECT, SMALL
+from tests.tuner.conftest import PROJECT, SMALL, postgres_url
 from tuner import study as studies
 from tuner.storage import open_storage
 
@@ -51,16 +51,6 @@ objective.suggest = suggest
 from tuner.search import main
 main()
 """
-
-
-def _postgres_url() -> str:
-    url = os.environ.get("SPECTUNE_POSTGRES_URL", "").strip()
-    if not url:
-        reason = "SPECTUNE_POSTGRES_URL is not set (.ci/run starts a throwaway PostgreSQL and sets it)"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return url
 
 
 def _other_host_prefix() -> list[str]:
@@ -116,7 +106,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def test_two_workers_with_their_own_run_roots_and_one_killed_finish_the_budget_once(tmp_path):
-    url = _postgres_url()
+    url = postgres_url()
     prefix = _other_host_prefix()
     name = f"spectune-workers-{uuid.uuid4().hex[:12]}"
     root_a, root_b = tmp_path / "machine-a" / "runs", tmp_path / "machine-b" / "runs"
