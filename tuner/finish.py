@@ -50,7 +50,7 @@ from tuner.config import register_tune_configs
 from tuner.confirm import confirm
 from tuner.export_ggufs import bundled_ggufs, served_facts
 from tuner.plots import save_study_plots
-from tuner.points import drafter_points, space_size
+from tuner.points import study_size
 from tuner.projection import coverage, coverage_line, versus_actual, versus_line
 from tuner.report import trials_table
 from tuner.setup import TuneSetup, at_level, prepare
@@ -255,7 +255,8 @@ def finish(
         decisions[target] = decide(
             winner, confirmation, min_speedup=setup.tuner.min_speedup, max_regressions=setup.tuner.max_regressions
         )
-    covered = coverage(study, space_size_of(setup), setup.tuner.trials)
+    size = study_size(setup.space, setup.base, len(setup.choices.targets), len(setup.choices.cache_types))
+    covered = coverage(study, size, setup.tuner.trials)
     exports = [] if stop.requested else _write_best(setup, winners, decisions, confirmations, covered)
     best = winners[SPECTUNE].trial
     plots = save_study_plots(trials, best, setup.memory.ceiling_bytes, setup.study_dir)
@@ -299,13 +300,6 @@ def finish(
     finish_or_report(tracker, "FINISHED", console, lambda: _log(tracker, summary, plots, where), str(where))
     print_result(summary, setup, console, tracker)
     return summary
-
-
-def space_size_of(setup: TuneSetup) -> int | None:
-    """The points a study may measure (None when a knob is continuous): every drafter point on each target file and
-    KV type a llama-server study may choose."""
-    size = space_size(drafter_points(setup.space, setup.base))
-    return None if size is None else size * len(setup.choices.targets) * len(setup.choices.cache_types)
 
 
 def _write_best(

@@ -20,7 +20,7 @@ from tuner import peers, recording
 from tuner import study as studies
 from tuner.baseline import BaselineRecord
 from tuner.objective import Objective
-from tuner.points import drafter_points, space_size
+from tuner.points import study_size
 from tuner.projection import BudgetStop
 from tuner.report import StudyProgress
 from tuner.setup import TuneSetup
@@ -132,9 +132,7 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
             f"[yellow]note:[/] no CUDA device: timings are measured on the CPU; hardware={setup.names['hardware']} "
             f"sets only the VRAM ceiling ({setup.names['vram_gib']} GiB) checked against the memory model."
         )
-    size = space_size(drafter_points(setup.space, setup.base))
-    if size is not None:  # every drafter point on each target file and KV type a llama-server study may choose
-        size *= len(setup.choices.targets) * len(setup.choices.cache_types)
+    size = study_size(setup.space, setup.base, len(setup.choices.targets), len(setup.choices.cache_types))
     progress = StudyProgress(console, t.trials + (1 if record is None else 0), setup.progress)
     exhausted = False
 

@@ -97,3 +97,10 @@ def space_size(points: dict[str, list[dict[str, Any]] | None]) -> int | None:
     if any(p is None for p in points.values()):
         return None
     return sum(len(p) for p in points.values() if p is not None)
+
+
+def study_size(space: Space, base: EngineConfig, targets: int, cache_types: int) -> int | None:
+    """The points a study may measure (None when a knob is continuous): every drafter point on each of `targets`
+    target files and `cache_types` KV types (a llama-server study's choices; 1 and 1 otherwise)."""
+    size = space_size(drafter_points(space, base))
+    return None if size is None else size * targets * cache_types
