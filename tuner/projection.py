@@ -24,6 +24,7 @@ from rich.console import Console
 
 from common.errors import ConfigError
 from export.fit import server_names
+from runners.backends import backend_class
 from runners.outcomes import SideRun
 from tasks.sandbox.owner import owner_token
 from tuner import study as studies
@@ -36,6 +37,11 @@ BUDGET_STOP = "budget_stop"  # study user attribute: why the budget stopped the 
 # A margin for writing best/ and the plots after the confirmations, not a measurement of this run: on the bundled
 # models they took about 1 s of a 10 s finish (the rest the confirmation), so a tenfold margin.
 EXPORT_S = 10.0
+# The share of candidate trials that run all their task runs under the Wilcoxon pruner, before this run has measured
+# any: 39 of 160 in the ten default studies `python -m bench tuner-speed` ran on both backends (2026-12-06, 5 to 24
+# of 100 per study); the others stopped at the pruner's earliest step or one later. A prior only: the projection
+# made again after the startup trials uses this run's own seconds, pruning included.
+UNPRUNED_PRIOR = 0.25
 SIDES = 2  # every candidate trial and every confirmation runs OFF and ON on the same task runs
 _BUDGET = re.compile(r"(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?")
 
@@ -91,6 +97,9 @@ class Projection:
     confirm_overhead_s: float  # per confirmation: both sides' engine builds or server starts and warm-ups
     export_s: float = EXPORT_S
     basis: str = "the recording"  # what trial_s was read from
+    share: float = (
+        1.0  # the expected share of its task runs a trial runs: the pruning prior, 1 once trials are measured
+    )
 
     def confirmation_s(self, count: int | None = None) -> float:
         """Seconds of `count` confirmations (default: the expected ones), OFF and ON on every task run."""
@@ -101,7 +110,7 @@ class Projection:
     @property
     def search_s(self) -> float:
         """Seconds of the candidate trials left."""
-        return self.trials * self.trial_s
+        return self.trials * self.trial_s * self.share
 
     @property
     def finish_s(self) -> float:
@@ -138,9 +147,10 @@ class Projection:
             if self.confirmations
             else "no confirmation"
         )
+        pruned = f" x {self.share:.2f} pruning prior" if self.share < 1 else ""
         text = (
             f"projected {human(self.total_s)} = so far {human(self.spent_s)} + {self.trials} trial(s) x "
-            f"{human(self.trial_s)} (from {self.basis}) + {confirm} + export {human(self.export_s)}"
+            f"{human(self.trial_s)}{pruned} (from {self.basis}) + {confirm} + export {human(self.export_s)}"
         )
         if budget_s is not None:
             fit = self.trials_within(budget_s)
@@ -155,6 +165,34 @@ def run_seconds(runs: Sequence[SideRun], mode: str) -> float:
     if mode == "live":
         return statistics.fmean(r.time_s + r.evaluation_s for r in runs)
     return statistics.fmean(r.model_s for r in runs)  # replay redoes the replies; the rest is the recording's
+
+
+def _wilcoxon_earliest(p_threshold: float, startup_steps: int, runs: int) -> int | None:
+    """The first task run at which WilcoxonPruner can prune: every paired difference of one sign gives the smallest
+    one-sided p (2^-n exactly), so the first n below the threshold, no sooner than its startup steps (and 2)."""
+    from scipy.stats import wilcoxon
+
+    for n in range(max(2, startup_steps), runs + 1):
+        if wilcoxon(list(range(1, n + 1)), alternative="greater", zero_method="zsplit").pvalue < p_threshold:
+            return n
+    return None
+
+
+# study.pruner -> (p_threshold, startup steps, task runs of a trial) -> the first task run it may prune at, or None
+EARLIEST_PRUNE: dict[str, Callable[[float, int, int], int | None]] = {
+    "wilcoxon": _wilcoxon_earliest,
+    "halving": lambda _p, steps, runs: max(steps, 1) if max(steps, 1) < runs else None,  # its first rung
+    "none": lambda _p, _steps, _runs: None,
+}
+
+
+def pruning_share(pruner: str, p_threshold: float, startup_steps: int, runs: int) -> float:
+    """The expected share of its `runs` task runs a candidate trial runs before any is measured: UNPRUNED_PRIOR of
+    the trials run them all, the rest stop at the pruner's earliest step (1 where it cannot prune)."""
+    earliest = EARLIEST_PRUNE[pruner](p_threshold, startup_steps, runs) if runs else None
+    if earliest is None or earliest >= runs:
+        return 1.0
+    return UNPRUNED_PRIOR + (1 - UNPRUNED_PRIOR) * earliest / runs
 
 
 def fits_next_trial(elapsed_s: float, projection: Projection, budget_s: float | None) -> bool:
@@ -188,8 +226,12 @@ class BudgetStop:
         now: Callable[[], float] | None = None,
         export_s: float = EXPORT_S,
         reproject_after: int = 0,
+        pruner: tuple[str, float, int] = ("none", 0.0, 0),
+        starts_per_trial: int = 0,
     ) -> None:
         self.budget_s, self.trials, self.mode = budget_s, trials, mode
+        self.pruner = pruner  # study.pruner, prune_p, prune_startup_steps: the prior of the first projection
+        self.starts_per_trial = starts_per_trial  # sides a replayed trial starts afresh (the backend's hook)
         self.reproject_after = reproject_after  # candidates measured when the projection is made again (0: never)
         self.confirm_tasks, self.confirm_repeats = confirm_tasks, confirm_repeats
         self.servers = tuple(servers)
@@ -217,6 +259,8 @@ class BudgetStop:
             servers=t.serve or server_names(),
             recording=recording,
             reproject_after=setup.study.startup_trials,
+            pruner=(setup.study.pruner, setup.study.prune_p, setup.study.prune_startup_steps),
+            starts_per_trial=backend_class(setup.base.backend).starts_per_trial,
             **kwargs,
         )
 
@@ -237,10 +281,10 @@ class BudgetStop:
         # what the recording spent besides its task runs: the engine build (or server start) and the warm-up
         overhead = max(recording_s - live_run_s * len(record.runs), 0.0)
         # a replayed trial builds no environment and runs no agent: its two sides redo the recording's replies
-        # (measured on the bundled models: complete replayed trials took 4.1-5.1 s against 2 x 2.55 s of replies)
-        prior = SIDES * (
-            len(record.runs) * run_seconds(record.runs, self.mode) + (overhead if self.mode == "live" else 0)
-        )
+        # (measured on the bundled models: complete replayed trials took 4.1-5.1 s against 2 x 2.55 s of replies),
+        # and starts only the sides its backend does not keep (llama-server: ON's server)
+        starts = SIDES if self.mode == "live" else self.starts_per_trial
+        prior = SIDES * len(record.runs) * run_seconds(record.runs, self.mode) + starts * overhead
         measured = self._measured or [
             (t.duration.total_seconds(), t) for t in trials if studies.counts_toward_budget(t) and t.duration
         ]
@@ -251,8 +295,9 @@ class BudgetStop:
             trials=left,
             trial_s=statistics.fmean(s for s, _ in measured) if measured else prior,
             next_trial_s=max(_full_length(s, t) for s, t in measured) if measured else prior,
-            # before any trial, one; once trials are measured, the winners so far (none: nothing beat OFF yet)
-            confirmations=(len(winners) if measured else max(len(winners), 1)) if confirming else 0,
+            # the winners so far, and at least one while trials are left: a study whose first trials were all pruned
+            # still confirms the best of its later ones (measured: leaving it out cost a projection -66%)
+            confirmations=max(len(winners), 1 if left or not measured else 0) if confirming else 0,
             # a next trial adds at most one distinct winner; there are no more winners than export targets
             reserved_confirmations=min(len(winners) + 1, len(self.servers) + 1) if confirming else 0,
             confirm_tasks=self.confirm_tasks,
@@ -261,6 +306,7 @@ class BudgetStop:
             confirm_overhead_s=SIDES * overhead,
             export_s=self.export_s,
             basis=f"{len(measured)} trial(s) measured" if measured else "the recording",
+            share=1.0 if measured else pruning_share(*self.pruner, len(record.runs)),
         )
 
     def announce(self, study: optuna.Study) -> Projection | None:
@@ -369,6 +415,11 @@ def coverage_line(c: dict[str, Any]) -> str:
     return text + (f"; {c['budget_stopped']} (tuner.budget)." if c["budget_stopped"] else ".")
 
 
+def _fields(kept: dict[str, Any]) -> dict[str, Any]:
+    """A kept projection's fields (one kept before a field existed takes its default)."""
+    return {k: kept[k] for k in Projection.__dataclass_fields__ if k in kept}
+
+
 def versus_actual(study: optuna.Study, now: Callable[[], float] | None = None) -> dict[str, Any] | None:
     """The run's first projection against its actual wall time to now, with the relative error; when the budget
     stopped the search, also the projection for the trials that ran. None without a projection made by this process
@@ -376,7 +427,7 @@ def versus_actual(study: optuna.Study, now: Callable[[], float] | None = None) -
     kept = study.user_attrs.get(PROJECTION)
     if not kept or kept.get("owner") != owner_token():
         return None
-    fields = {k: kept[k] for k in Projection.__dataclass_fields__}
+    fields = _fields(kept)
     projection = Projection(**fields)
     actual = projection.spent_s + (now or epoch)() - kept["at"]
     out: dict[str, Any] = {
@@ -387,7 +438,7 @@ def versus_actual(study: optuna.Study, now: Callable[[], float] | None = None) -
     }
     again = study.user_attrs.get(PROJECTION_AGAIN)
     if again and again.get("owner") == owner_token():
-        total = Projection(**{k: again[k] for k in Projection.__dataclass_fields__}).total_s
+        total = Projection(**_fields(again)).total_s
         out["again"] = {
             "after_trials": again["after"],
             "projected_s": total,

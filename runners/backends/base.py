@@ -27,6 +27,8 @@ class Backend(Protocol):
     fingerprinted: ClassVar[bool]  # a study names it in its fingerprint (builtin predates backends: not)
     # decoding runs in this Python process (its CPU clock sees it, and it needs the weights loaded); a server: not
     decodes_in_process: ClassVar[bool]
+    # sides a replayed trial starts afresh (a build or server start and its warm-up): what the projection adds
+    starts_per_trial: ClassVar[int]
 
     @classmethod
     def settings_from(cls, cfg: Any, models: Any, log_dir: Path, needs: Needs) -> Any | None:

@@ -23,6 +23,7 @@ class EngineBackend:
     export_target: ClassVar[str | None] = None  # runs spectune's own configuration, no server's flags
     fingerprinted: ClassVar[bool] = False  # studies made before backends existed keep their fingerprint
     decodes_in_process: ClassVar[bool] = True  # the generating thread is this process's own
+    starts_per_trial: ClassVar[int] = 0  # the loaded weights are the study's; a drafter builds in no time to speak of
 
     def __init__(self, engine: Engine, concurrency: int = 1) -> None:
         self.engine = engine

@@ -53,6 +53,7 @@ class ServerBackend:
     fingerprinted: ClassVar[bool] = True
     # the server decodes: this process's CPU clock only sees it waiting, and it loads no weights (runners.models)
     decodes_in_process: ClassVar[bool] = False
+    starts_per_trial: ClassVar[int] = 1  # ON's server; OFF's is kept for the study (runners/backends/kept.py)
 
     def __init__(
         self, config: EngineConfig, settings: ServerSettings, stop_tokens: frozenset[int], concurrency: int = 1

@@ -26,6 +26,7 @@ from tuner.projection import (
     fits_next_trial,
     human,
     parse_budget,
+    pruning_share,
     run_seconds,
     versus_actual,
 )
@@ -105,6 +106,33 @@ def test_the_projection_adds_up_its_parts_and_says_its_formula():
     assert fits_next_trial(2800, p, 7200)  # 2800 + 400 + 3916 = 7116
     assert not fits_next_trial(2900, p, 7200)  # 7216
     assert fits_next_trial(1e9, p, None)  # no budget, no limit
+
+
+def test_the_first_projection_expects_the_pruner_to_stop_most_trials_at_its_earliest_step():
+    # Wilcoxon: the smallest one-sided p after n task runs is 2^-n, so at p < 0.1 the earliest prune is run 4
+    assert projections.EARLIEST_PRUNE["wilcoxon"](0.1, 2, 8) == 4
+    assert projections.EARLIEST_PRUNE["wilcoxon"](0.1, 6, 8) == 6  # never before its startup steps
+    assert projections.EARLIEST_PRUNE["wilcoxon"](0.01, 2, 6) is None  # 2^-6 > 0.01: it cannot prune in 6 runs
+    prior = projections.UNPRUNED_PRIOR
+    assert pruning_share("wilcoxon", 0.1, 2, 8) == pytest.approx(prior + (1 - prior) * 4 / 8)
+    assert pruning_share("none", 0.1, 2, 8) == 1.0  # no pruner: every trial runs all its task runs
+    assert pruning_share("wilcoxon", 0.1, 2, 4) == 1.0  # the earliest prune is the last run: nothing is saved
+    p = Projection(
+        spent_s=10,
+        trials=16,
+        trial_s=6,
+        next_trial_s=6,
+        confirmations=0,
+        reserved_confirmations=0,
+        confirm_tasks=0,
+        confirm_repeats=1,
+        confirm_run_s=0,
+        confirm_overhead_s=0,
+        export_s=0,
+        share=0.625,
+    )
+    assert p.search_s == 16 * 6 * 0.625  # the budget's next trial stays the full length
+    assert "16 trial(s) x 6 s x 0.62 pruning prior (from the recording)" in p.line()
 
 
 def test_a_task_run_costs_what_the_recording_measured_for_its_mode():
