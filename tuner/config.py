@@ -35,9 +35,10 @@ class StudyConf:
     seed: int = 0  # sampler seed and the per-study task order
     sampler: str = "tpe"  # tpe | gp | random (python -m bench tuner compares them on measured grids)
     startup_trials: int = 4  # random trials before TPE / GP model the space
-    pruner: str = "wilcoxon"  # wilcoxon | none
+    pruner: str = "wilcoxon"  # wilcoxon | halving | none
     prune_p: float = 0.1  # WilcoxonPruner p_threshold
-    prune_startup_steps: int = 2  # tasks a trial runs before it may be pruned
+    prune_startup_steps: int = 2  # tasks a trial runs before it may be pruned (halving: its first rung)
+    prune_reduction: int = 3  # halving: a trial goes past a rung only among the best 1/prune_reduction
     heartbeat_interval: int = 30  # seconds; a trial silent for longer (killed process) is failed and retried
     max_retry: int = 2  # how often a trial killed mid-run is retried
 

@@ -184,7 +184,8 @@ class Objective:
                     trial.report(ratio, self.step(outcome))
                     values.append([self.step(outcome), ratio])
                 self.on_task(trial.number, len(outcomes), self.total)
-                if prune and trial.should_prune():
+                # after the last task run a prune would save nothing and throw the measurement away
+                if prune and len(outcomes) < self.total and trial.should_prune():
                     trial.set_user_attr("task_values", values)
                     return outcomes, True
         trial.set_user_attr("task_values", values)

@@ -98,7 +98,7 @@ def run_study(setup: TuneSetup, *, stop, console: Console, tracker: Any) -> Stud
         load_if_exists=True,
         direction="minimize",
         sampler=studies.make_sampler(s.sampler, s.seed, s.startup_trials),
-        pruner=studies.make_pruner(s.pruner, s.prune_p, s.prune_startup_steps),
+        pruner=studies.make_pruner(s.pruner, s.prune_p, s.prune_startup_steps, s.prune_reduction),
     )
     check_same_study(study, {**setup.fingerprint, "measurement": MEASUREMENT}, s.name)
     record = recording.fetch(study, setup.study_dir)  # the storage carries it to a worker with another run root

@@ -56,6 +56,7 @@ class StudySettings:
     pruner: str
     prune_p: float
     prune_startup_steps: int
+    prune_reduction: int
     heartbeat_interval: int
     max_retry: int
 
@@ -251,6 +252,10 @@ def check(cfg: DictConfig) -> EngineConfig:
     resolve_clock(t.clock, "cpu", backend_class(cfg.engine.backend).decodes_in_process)  # a cpu clock for a server
     _choice(t.revisit, REVISITS, "tuner.revisit")
     _choice(s.pruner, PRUNERS, "study.pruner")
+    if s.prune_reduction < 2:
+        raise ConfigError(
+            f"study.prune_reduction must be >= 2 (halving keeps the best 1/prune_reduction), got {s.prune_reduction}"
+        )
     _choice(s.sampler, SAMPLERS, "study.sampler")
     serve_list(t.serve)
     if cfg.run.concurrency != 1:
@@ -383,6 +388,7 @@ def prepare(cfg: DictConfig) -> TuneSetup:
             pruner=s.pruner,
             prune_p=s.prune_p,
             prune_startup_steps=s.prune_startup_steps,
+            prune_reduction=s.prune_reduction,
             heartbeat_interval=s.heartbeat_interval,
             max_retry=s.max_retry,
         ),

@@ -28,9 +28,9 @@ from common.errors import ConfigError
 from common.files import write_atomic
 from tasks.sandbox.owner import is_alive
 from tuner import constraints
+from tuner.halving import TaskHalvingPruner
 from tuner.storage import RetryCallback
 
-PRUNERS = ("wilcoxon", "none")
 SAMPLERS = ("tpe", "gp", "random")
 TRIALS_FILE = "trials.jsonl"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -102,15 +102,24 @@ def make_sampler(kind: str, seed: int, startup_trials: int) -> BaseSampler:
     return TrialSeeded(make, seed)
 
 
-def make_pruner(name: str, p_threshold: float, startup_steps: int) -> optuna.pruners.BasePruner:
-    """WilcoxonPruner (paired per-task values against the best trial) or none."""
-    if name not in PRUNERS:
+# study.pruner -> (p_threshold, startup steps, reduction) -> the pruner; the only list of pruner names
+PRUNER_MAKERS: dict[str, Callable[[float, int, int], optuna.pruners.BasePruner]] = {
+    # paired per-task values against the best trial: stops a trial once it is surely worse
+    "wilcoxon": lambda p, steps, _r: optuna.pruners.WilcoxonPruner(p_threshold=p, n_startup_steps=steps),
+    # successive halving over task runs: stops a trial once it ranks low at a rung (tuner/halving.py)
+    "halving": lambda _p, steps, r: TaskHalvingPruner(min_tasks=max(steps, 1), reduction=r),
+    "none": lambda _p, _steps, _r: optuna.pruners.NopPruner(),
+}
+PRUNERS = tuple(PRUNER_MAKERS)
+
+
+def make_pruner(name: str, p_threshold: float, startup_steps: int, reduction: int = 3) -> optuna.pruners.BasePruner:
+    """The pruner `study.pruner` names (PRUNER_MAKERS); a one-line error naming the allowed ones otherwise."""
+    if name not in PRUNER_MAKERS:
         raise ConfigError(f"study.pruner={name!r} is not allowed; choose one of: {', '.join(PRUNERS)}")
-    if name == "none":
-        return optuna.pruners.NopPruner()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.pruners.WilcoxonPruner(p_threshold=p_threshold, n_startup_steps=startup_steps)
+        return PRUNER_MAKERS[name](p_threshold, startup_steps, reduction)
 
 
 def role(trial: FrozenTrial) -> str:
