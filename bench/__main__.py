@@ -251,6 +251,12 @@ def _tuner_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a conf/tune.yaml override for the measurement, e.g. --set agent.max_steps=8 (repeatable)",
     )
+    tun.add_argument(
+        "--pruners",
+        default=None,
+        help="also replay these study pruners over the grid's per-task ratios, a comma list from "
+        "wilcoxon, halving, none (e.g. none,wilcoxon,halving): task runs spent and whether the best survives",
+    )
     tun.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     tun.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (trial lines stay)")
 
@@ -454,6 +460,7 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
 
     from bench.tuner import render, run_tuner_bench
+    from bench.tuner.pruners import parse_pruners
     from bench.tuner.search import parse_samplers
     from runners.cli import INPUT_ERRORS, one_line
     from runners.interrupt import Interrupted
@@ -462,6 +469,7 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--space chooses a grid to measure; with --reuse-grid the grid file's own space is replayed")
     try:
         samplers = parse_samplers(args.samplers)  # before anything is measured
+        pruners = parse_pruners(args.pruners) if args.pruners is not None else ()
         if args.startup_trials is not None and args.startup_trials < 0:
             raise ConfigError(f"--startup-trials must be >= 0, got {args.startup_trials}")
         report = run_tuner_bench(
@@ -472,6 +480,7 @@ def _tuner(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             trials=args.trials,
             startup_trials=args.startup_trials,
             samplers=samplers,
+            pruners=pruners,
             grid_file=args.grid_file,
             reuse_grid=args.reuse_grid,
             space_file=args.space,

@@ -22,6 +22,9 @@ is spent or every point is measured (the tuner's bound on asks applies too). Per
 grid's best after a third of the grid's measured trials and the measured trials needed to come within 5% of
 it; then the median and worst over seeds, per sampler. The target: within 5% of the grid's best in at most a
 third of the grid's trials.
+
+With --pruners, the study's pruners are replayed too, over the grid's per-task ratios (bench/tuner/pruners.py):
+the task runs each spends and whether the search still ends within 5% of the grid's best.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from bench.tuner.grid import (
     measure_grid,
     save_grid,
 )
+from bench.tuner.pruners import run_pruner_replays
 from bench.tuner.report import render, report
 from bench.tuner.search import SAMPLERS, parse_samplers, run_replays
 from common.errors import ConfigError
@@ -57,6 +61,7 @@ def run_tuner_bench(
     trials: int | None = None,
     startup_trials: int | None = None,
     samplers: Sequence[str] = SAMPLERS,
+    pruners: Sequence[str] = (),
     grid_file: Path = DEFAULT_GRID_FILE,
     reuse_grid: bool = False,
     space_file: Path | None = None,
@@ -88,4 +93,9 @@ def run_tuner_bench(
         grid = measure_grid(cfg, space_node, grid_file, console)
         save_grid(grid, grid_file)
         console.print(f"grid measured in {grid['wall_s']:.1f} s, saved to {grid_file}")
-    return report(grid, run_replays(grid, seeds, trials, startup_trials, samplers), grid_file, reuse_grid)
+    rep = report(grid, run_replays(grid, seeds, trials, startup_trials, samplers), grid_file, reuse_grid)
+    if pruners:
+        s = compose_config(split, limit, repeats, overrides).study  # the tuner's pruner settings
+        settings = {"prune_p": s.prune_p, "startup_steps": s.prune_startup_steps, "reduction": s.prune_reduction}
+        rep["pruners"] = run_pruner_replays(grid, pruners, seeds, settings)
+    return rep

@@ -24,7 +24,9 @@ from tuner.space import Space, load_space
 
 DEFAULT_GRID_FILE = Path("runs/bench-tuner/grid.json")
 GRID_KIND = "spectune-bench-tuner-grid"
-GRID_VERSION = 2  # 2: paired measurement inside every trial (value = reference ÷ paired speedup, interval, repeats)
+# 2: paired measurement inside every trial (value = reference ÷ paired speedup, interval, repeats); 3: and every
+# point's per-task paired ratios (task_values), what --pruners replays
+GRID_VERSION = 3
 GRID_SPACE: dict[str, Any] = {
     "name": "bench-grid",
     "allow_lossy": False,
@@ -99,6 +101,7 @@ def point_row(trial: FrozenTrial) -> dict[str, Any]:
         "speedup_low": finite(a.get("speedup_low")),
         "speedup_high": finite(a.get("speedup_high")),
         "speedup_repeats": [float(v) for v in a.get("speedup_repeats") or []],
+        "task_values": [[int(step), float(v)] for step, v in a.get("task_values") or []],  # [stable position, ratio]
         "speedup_by_clock": a.get("speedup_by_clock"),  # the paired speedup read on every clock, where recorded
         "seconds_per_success": finite(a.get("seconds_per_success")),  # this side's own, in its trial
         "off_seconds_per_success": finite(a.get("off_seconds_per_success")),  # OFF inside the same trial
@@ -253,7 +256,7 @@ def grid_study(setup, points: list[dict[str, Any]]) -> optuna.Study:
     study = optuna.create_study(
         direction="minimize",
         sampler=studies.make_sampler(s.sampler, s.seed, s.startup_trials),  # never consulted: all enqueued
-        pruner=studies.make_pruner(s.pruner, s.prune_p, s.prune_startup_steps),
+        pruner=studies.make_pruner(s.pruner, s.prune_p, s.prune_startup_steps, s.prune_reduction),
     )
     studies.ensure_baseline_queued(study)
     for params in points:

@@ -222,3 +222,33 @@ def render(rep: dict[str, Any]) -> None:
         f"here: [bold]{replays['verdict']}[/] (share of seeds within 5% by {target['trials']} measured trials, then "
         f"median regret after {replays['regret_after']}, then median trials to within 5%)"
     )
+    if rep.get("pruners"):
+        console.print(pruners_view(rep["pruners"]))
+        console.print(
+            f"pruners here: [bold]{rep['pruners']['verdict']}[/] (seeds still ending within 5% of the grid's best, "
+            "then median task runs to within 5%)"
+        )
+
+
+def pruners_view(p: dict[str, Any]):
+    """The pruners replayed over the grid's per-task ratios: one row per pruner."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"pruners over {p['points']} points x their task runs ({p['task_runs_whole']} in all), "
+        f"{p['seeds']} shuffled orders",
+        caption=p["note"],
+    )
+    for column in ("pruner", "task runs spent", "trials pruned", "seeds ending within 5%", "task runs to within 5%"):
+        table.add_column(column)
+    for name in p["pruners"]:
+        s = p["summary"][name]
+        reach = s["spent_to_within"]
+        table.add_row(
+            name,
+            f"{100 * s['spent_share']:.0f}%",
+            f"{s['pruned_median']:g}",
+            f"{s['ends_within']} of {p['seeds']}",
+            f"{_num(reach['median'], 'g', 'never')} (worst {_num(reach['max'], 'g', 'never')})",
+        )
+    return table
