@@ -1,4 +1,4 @@
-"""Export of the best configuration: spectune.yaml, llama-server, vLLM and SGLang files, and a README."""
+"""Export of the best configuration: spectune.yaml, llama-server, vLLM, SGLang and TensorRT-LLM files, and a README."""
 
 from export.record import ExportRecord, Mapping
 from export.write import write_exports

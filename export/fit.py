@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from engine.drafters import resolve_drafter
 from engine.engine import EngineConfig
-from export import llama_server, sglang, vllm
+from export import llama_server, sglang, trtllm, vllm
 from export.record import APPROXIMATE, EXACT, NONE, ExportRecord, Mapping, is_half_export
-from export.table import LLAMA, SGLANG, VLLM
+from export.table import LLAMA, SGLANG, TRTLLM, VLLM
 
 # Server name (as the exporters write it) -> the exporter module and the folder of its files under best/.
-SERVERS = {LLAMA: llama_server, VLLM: vllm, SGLANG: sglang}
-FOLDERS = {LLAMA: "llama-server", VLLM: "vllm", SGLANG: "sglang"}
+SERVERS = {LLAMA: llama_server, VLLM: vllm, SGLANG: sglang, TRTLLM: trtllm}
+FOLDERS = {LLAMA: "llama-server", VLLM: "vllm", SGLANG: "sglang", TRTLLM: "trtllm"}
 
 
 @dataclass(frozen=True)

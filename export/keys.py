@@ -1,4 +1,4 @@
-"""The pinned vLLM 0.33.0 / SGLang 0.5.23 speculative keys (export/reference/), read once."""
+"""The pinned vLLM 0.33.0 / SGLang 0.5.23 / TensorRT-LLM speculative keys (export/reference/), read once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 KEYS_FILE = Path(__file__).resolve().parent / "reference" / "speculative-config-keys.json"
 VLLM_NODE = "vllm.SpeculativeConfig"
 SGLANG_NODE = "sglang.arg_groups.fields.spec.Spec"
+TRTLLM_PREFIX = "tensorrt_llm.llmapi.llm_args."  # one node per class: export/reference/read_trtllm.py
 
 
 @cache
@@ -38,3 +39,21 @@ def sglang_help(flag: str) -> str:
         if field == name:
             return kind
     raise KeyError(flag)
+
+
+def trtllm_classes() -> tuple[str, ...]:
+    """The TensorRT-LLM speculative configuration classes the pinned set records."""
+    return tuple(node.removeprefix(TRTLLM_PREFIX) for node in _fields() if node.startswith(TRTLLM_PREFIX))
+
+
+def trtllm_keys(cls: str) -> frozenset[str]:
+    """The keys TensorRT-LLM's `cls` (e.g. NGramDecodingConfig) takes in a speculative_config section."""
+    return frozenset(name for name, _kind, _default in _fields()[TRTLLM_PREFIX + cls])
+
+
+def trtllm_field(cls: str, name: str) -> tuple[str, str]:
+    """(annotation, default) the pinned source gives field `name` of `cls`."""
+    for field, kind, default in _fields()[TRTLLM_PREFIX + cls]:
+        if field == name:
+            return kind, default
+    raise KeyError(f"{cls}.{name}")

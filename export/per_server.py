@@ -5,11 +5,13 @@
     best/llama-server/      llama-server.args, spectune.yaml of the configuration behind it, README.md
     best/vllm/              vllm-speculative-config.json, ...
     best/sglang/            sglang.args, ...
+    best/trtllm/            extra-llm-api-options.yaml (TensorRT-LLM), ...
 
 A server's file holds speculation ON only when the tuner decided so (`decision["on"]`); otherwise it is that
 server without speculation (llama-server `--spec-type none`, no vLLM speculative config, no SGLang
-speculative flags), and its README says what was measured and why. A decision is a plain dict (the tuner's
-`Decision.to_dict()`): target, trial, on, reason, fit, fit_reason, search {speedup, low, high}, confirmed.
+speculative flags, no TensorRT-LLM speculative_config), and its README says what was measured and why. A decision
+is a plain dict (the tuner's `Decision.to_dict()`): target, trial, on, reason, fit, fit_reason, search {speedup,
+low, high}, confirmed.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from common.files import write_atomic
-from export import llama_server, sglang, spectune_yaml, vllm
+from export import llama_server, sglang, spectune_yaml, trtllm, vllm
 from export.record import APPROXIMATE, EXACT, ExportRecord, Mapping, PerLevel, level_configuration, levels_in_order
 
 FILE = "README.md"
@@ -98,6 +98,7 @@ def _commands(record: ExportRecord, folder: Path) -> list[str]:
         f"- `{vllm.FILE}` ({vllm.VERSION}): `vllm serve {record.target}{context} --max-num-seqs "
         f"{record.concurrency}{spec}`",
         f"- `{sglang.FILE}` ({sglang.VERSION}): `{sglang.command(record)}`",
+        f"- `{trtllm.FILE}` ({trtllm.VERSION}): `{trtllm.command(record)}`",
     ]
 
 

@@ -1,12 +1,13 @@
 """How each spectune drafter maps to each production server: one table, and the one dispatch the writers share.
 
-`TABLE[drafter][server]` is either a `Way` (the server's own name for the drafter: a `--spec-type` kind, a
-vLLM `method`, an SGLang `--speculative-algorithm`) or the reason the server has none, in which case the
-drafter is exported there with speculation off. Each writer (export/llama_server.py, vllm.py, sglang.py) keeps
-only its builders, the functions that turn one drafter's options into that server's flags and Mapping rows;
-`dispatch` picks the builder this table names, exports a combination (A+B) through the lookup child the server
-runs, and writes the "no equivalent" row otherwise. docs/servers.md's mapping rows are `python -m export`
-(tests/export/test_table.py keeps the two equal and every writer's builders equal to its column).
+`TABLE[drafter][server]` is either a `Way` (the server's own name for the drafter: a `--spec-type` kind, a vLLM
+`method`, an SGLang `--speculative-algorithm`, a TensorRT-LLM `decoding_type`) or the reason the server has none, in
+which case the drafter is exported there with speculation off. Each writer (export/llama_server.py, vllm.py,
+sglang.py, trtllm.py) keeps only its builders, the functions that turn one drafter's options into that server's
+flags (or config) and Mapping rows; `dispatch` picks the builder this table names, exports a combination (A+B)
+through the lookup child the server runs, and writes the "no equivalent" row otherwise. docs/servers.md's mapping
+rows are `python -m export` (tests/export/test_table.py keeps the two equal and every writer's builders equal to its
+column).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import Any
 from engine.engine import EngineConfig
 from export.record import APPROXIMATE, NONE, Mapping, half_export, typed_options
 
-LLAMA, VLLM, SGLANG = "llama-server", "vLLM", "SGLang"
-SERVERS = (LLAMA, VLLM, SGLANG)
+LLAMA, VLLM, SGLANG, TRTLLM = "llama-server", "vLLM", "SGLang", "TensorRT-LLM"
+SERVERS = (LLAMA, VLLM, SGLANG, TRTLLM)
 # What a Way's kind is given as on each server (docs/servers.md's column headers say it).
-KIND_FLAG = {LLAMA: "--spec-type", VLLM: '"method"', SGLANG: "--speculative-algorithm"}
+KIND_FLAG = {LLAMA: "--spec-type", VLLM: '"method"', SGLANG: "--speculative-algorithm", TRTLLM: "decoding_type"}
 
 
 @dataclass(frozen=True)
@@ -45,16 +46,18 @@ class Files:
 OFF = Way("")  # speculation off: nothing to pass
 
 TABLE: dict[str, dict[str, Way | str]] = {
-    "none": {LLAMA: Way("none"), VLLM: OFF, SGLANG: OFF},
+    "none": {LLAMA: Way("none"), VLLM: OFF, SGLANG: OFF, TRTLLM: OFF},
     "ngram": {
         LLAMA: Way("ngram-simple", lookup=True),
         VLLM: Way("ngram", lookup=True),
         SGLANG: Way("NGRAM", lookup=True),
+        TRTLLM: Way("NGram", lookup=True),
     },
     "suffix": {
         LLAMA: Way("ngram-map-k4v, ngram-mod", lookup=True, note="scope session, scope engine"),
         VLLM: Way("suffix", lookup=True),
         SGLANG: Way("NGRAM", lookup=True),
+        TRTLLM: Way("SA", lookup=True),  # suffix automaton: longest suffix match, no frequency scores
     },
     # llama.cpp's own lookups (engine/drafters/ngram_cache.py, ngram_map_k.py): the other servers have neither
     "ngram_cache": {
@@ -63,6 +66,9 @@ TABLE: dict[str, dict[str, Way | str]] = {
         "prompt lookup of the most recent match): exported with speculation off",
         SGLANG: "llama.cpp's ngram-cache (frequency-thresholded 1..4-gram counts) has no SGLang algorithm: "
         "exported with speculation off",
+        TRTLLM: "llama.cpp's ngram-cache (frequency-thresholded 1..4-gram counts) has no TensorRT-LLM decoding_type "
+        "(NGram keeps pattern-match pairs without counts, SA matches the longest suffix): exported with speculation "
+        "off",
     },
     "ngram_map_k": {
         LLAMA: Way("ngram-map-k", lookup=True),
@@ -70,8 +76,15 @@ TABLE: dict[str, dict[str, Way | str]] = {
         "exported with speculation off",
         SGLANG: "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no SGLang "
         "algorithm: exported with speculation off",
+        TRTLLM: "llama.cpp's ngram-map-k (first-seen key positions, per-key draft lengths) has no TensorRT-LLM "
+        "decoding_type: exported with speculation off",
     },
-    "draft_model": {LLAMA: Way("draft-simple"), VLLM: Way("draft_model"), SGLANG: Way("STANDALONE")},
+    "draft_model": {
+        LLAMA: Way("draft-simple"),
+        VLLM: Way("draft_model"),
+        SGLANG: Way("STANDALONE"),
+        TRTLLM: Way("Draft_Target"),
+    },
     "mtp": {
         LLAMA: Way("draft-mtp"),
         VLLM: "method 'mtp' reads MTP layers from the target checkpoint itself (num_nextn_predict_layers: "
@@ -79,12 +92,17 @@ TABLE: dict[str, dict[str, Way | str]] = {
         "so it is exported with speculation off",
         SGLANG: "NEXTN loads the target's own nextn layer and EAGLE/EAGLE3 an EAGLE head checkpoint; a spectune "
         "MTP module is neither, so it is exported with speculation off",
+        TRTLLM: "decoding_type MTP runs the MTP layers of the target checkpoint (num_nextn_predict_layers, read from "
+        "its config), or replacement heads of the same layout for a target model TensorRT-LLM implements with MTP "
+        "(DeepSeek-V3 style); a spectune MTP module trained for another target is neither, so it is exported with "
+        "speculation off",
     },
-    "eagle3": {LLAMA: Way("draft-eagle3"), VLLM: Way("eagle3"), SGLANG: Way("EAGLE3")},
+    "eagle3": {LLAMA: Way("draft-eagle3"), VLLM: Way("eagle3"), SGLANG: Way("EAGLE3"), TRTLLM: Way("Eagle3")},
     "layer_skip": {
         LLAMA: "no early-exit self-speculation in llama.cpp: exported with speculation off",
         VLLM: "no early-exit self-speculation method in SpeculativeMethod: exported with speculation off",
         SGLANG: "no early-exit self-speculation algorithm: exported with speculation off",
+        TRTLLM: "no early-exit self-speculation decoding_type: exported with speculation off",
     },
     # llama-server only (engine/drafters/server_only.py): the draft is a llama.cpp GGUF the user brought
     "dflash": {
@@ -93,6 +111,8 @@ TABLE: dict[str, dict[str, Way | str]] = {
         "exported with speculation off",
         SGLANG: "SGLang's DFLASH loads the draft's Hugging Face checkpoint, not the llama.cpp GGUF spectune was "
         "given (server.dflash_gguf): exported with speculation off",
+        TRTLLM: "TensorRT-LLM's DFlash loads the draft's Hugging Face checkpoint (speculative_model), not the "
+        "llama.cpp GGUF spectune was given (server.dflash_gguf): exported with speculation off",
     },
     "dspark": {
         LLAMA: Way("draft-dspark"),
@@ -100,6 +120,8 @@ TABLE: dict[str, dict[str, Way | str]] = {
         "exported with speculation off",
         SGLANG: "SGLang's DSPARK loads the draft's Hugging Face checkpoint, not the llama.cpp GGUF spectune was "
         "given (server.dflash_gguf): exported with speculation off",
+        TRTLLM: "TensorRT-LLM's DSpark loads the draft's Hugging Face checkpoint (speculative_model), not the "
+        "llama.cpp GGUF spectune was given (server.dflash_gguf): exported with speculation off",
     },
 }
 
@@ -132,7 +154,7 @@ def lookup_child(engine: EngineConfig, options: Any, server: str) -> tuple[str, 
     return next(((name, children[name]) for name in lookups(server) if name in children), None)
 
 
-Spec = Any  # a writer's speculative part: llama-server / SGLang flag lists, vLLM's config dict
+Spec = Any  # a writer's speculative part: llama-server / SGLang flag lists, vLLM's / TensorRT-LLM's config dict
 Builder = Callable[[EngineConfig, Any, Files], tuple[Spec, list[Mapping]]]
 WhyLeftOut = Callable[[str, Any], str]  # (another child of a combination, the combination's options) -> why
 
@@ -184,6 +206,6 @@ def markdown() -> str:
         lines.append(f"| `{drafter}` | " + " | ".join(cells) + " |")
     lines.append(
         "| `A+B` | its lookup part alone, or with `policy=first` and a model part that has a kind, both "
-        "kinds as one first-wins list | its lookup part alone | its lookup part alone |"
+        "kinds as one first-wins list | its lookup part alone | its lookup part alone | its lookup part alone |"
     )
     return "\n".join(lines)

@@ -60,7 +60,8 @@ class TunerConf:
     measure: str = "auto"  # auto: replay recorded turns where exact and greedy, else live | replay | live
     clock: str = "auto"  # auto (cpu: 1-thread CPU run of the engine; else wall) | wall | cpu: generation timing
     revisit: str = "skip"  # a parameter set measured before: skip (reuse its value) | repeat (pool more repeats)
-    serve: Any = None  # null: every server | a server name or list (llama-server, vllm, sglang): only what they run
+    # null: every server | a server name or list (llama-server, vllm, sglang, tensorrt-llm): only what they run
+    serve: Any = None
     min_speedup: float = 1.0  # export speculation ON only when the confirmed interval's lower end exceeds this
     # Agents at once to tune for: one study per level, each measured (and confirmed) paired with OFF at that level.
     # [1] by default: the main command's time budget covers one level; [1, 4] adds the load test's level.

@@ -100,7 +100,7 @@ VIEW_METRICS = (
 # after the knobs. FIT_PREFIX stands for every fit.* tag, the usual servers first.
 VIEW_TAGS_FIRST = ("state", "measure", FIT_PREFIX)
 VIEW_TAGS_LAST = ("reason", "violated", "duplicate_of", "host")
-FIT_ORDER = ("llama-server", "vLLM", "SGLang")
+FIT_ORDER = ("llama-server", "vLLM", "SGLang", "TensorRT-LLM")
 VIEW_SORT = "speedup"  # descending: the best paired speedup on top
 _NOT_KNOBS = ("trial", "role")  # params on every trial that are not the configuration
 _COLUMN = re.compile(r"^(metrics|params|tags)\.`(.*)`$")

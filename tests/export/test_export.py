@@ -14,11 +14,19 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engine.engine import EngineConfig
-from export import ExportRecord, Mapping, keys, llama_server, readme, sglang, spectune_yaml, vllm, write_exports
+from export import ExportRecord, Mapping, keys, llama_server, readme, sglang, spectune_yaml, trtllm, vllm, write_exports
 from export.fit import server_fit
 from export.record import FITS
 
-FILES = (spectune_yaml.FILE, llama_server.FILE, llama_server.RUN_FILE, vllm.FILE, sglang.FILE, readme.FILE)
+FILES = (
+    spectune_yaml.FILE,
+    llama_server.FILE,
+    llama_server.RUN_FILE,
+    vllm.FILE,
+    sglang.FILE,
+    trtllm.FILE,
+    readme.FILE,
+)
 TARGET, DRAFT = "models/spectune-tiny/target", "models/spectune-tiny/draft"
 CONFIRMED = {
     "speedup": 1.374,

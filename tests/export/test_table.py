@@ -10,12 +10,12 @@ import pytest
 
 from engine.drafters import DRAFTERS
 from engine.engine import EngineConfig
-from export import ExportRecord, llama_server, sglang, vllm
+from export import ExportRecord, llama_server, sglang, trtllm, vllm
 from export.record import NONE
-from export.table import LLAMA, SERVERS, SGLANG, TABLE, VLLM, mapped, no_equivalent, way
+from export.table import LLAMA, SERVERS, SGLANG, TABLE, TRTLLM, VLLM, mapped, no_equivalent, way
 
 PROJECT = Path(__file__).resolve().parents[2]
-WRITERS = {LLAMA: llama_server, VLLM: vllm, SGLANG: sglang}
+WRITERS = {LLAMA: llama_server, VLLM: vllm, SGLANG: sglang, TRTLLM: trtllm}
 OPTIONS = {"layer_skip": {"layers": 1}}  # drafters whose defaults do not build alone
 
 
@@ -41,6 +41,8 @@ def kinds_written(server: str, spec) -> list[str]:
     """The server's names for what `spec` (one writer's speculative part) runs."""
     if server == VLLM:
         return [spec["method"]] if spec else []
+    if server == TRTLLM:
+        return [spec["speculative_config"]["decoding_type"]] if spec else []
     flag = "--spec-type" if server == LLAMA else "--speculative-algorithm"
     return [value for name, value in spec if name == flag]
 

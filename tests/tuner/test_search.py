@@ -16,6 +16,7 @@ import torch
 
 from common.errors import UnsupportedConfig
 from engine.drafters.ngram import NgramDrafter
+from export.per_server import folder_name
 from tests.tuner.conftest import PROJECT
 from tuner.search import execute
 from tuner.setup import resolve_clock
@@ -57,9 +58,9 @@ def test_study_records_off_once_pairs_every_trial_confirms_and_exports_per_serve
         assert attrs["regressions"] == [] and attrs["diverged_tasks"] == []
         assert attrs["tasks_run"] == attrs["tasks_total"] == 2
         assert len(attrs["task_values"]) == 2  # one paired ratio per task, reported by step
-        assert set(attrs["server_fit"]) == {"llama-server", "vLLM", "SGLang"}
+        assert set(attrs["server_fit"]) == {"llama-server", "vLLM", "SGLang", "TensorRT-LLM"}
     winners = summary["winners"]
-    assert set(winners) == {"spectune", "llama-server", "vLLM", "SGLang"}
+    assert set(winners) == {"spectune", "llama-server", "vLLM", "SGLang", "TensorRT-LLM"}
     best = summary["best"]
     assert best is not None and best["value"] == min(r["value"] for r in rows[1:])
     assert winners["spectune"]["trial"] == best["number"]
@@ -69,7 +70,7 @@ def test_study_records_off_once_pairs_every_trial_confirms_and_exports_per_serve
     for target, decision in winners.items():
         low = confirmation["speedup_interval"]["low"]
         assert decision["on"] == (low is not None and low > 1.0), (target, decision)
-        folder = root / "best" / {"spectune": "spectune", "llama-server": "llama-server"}.get(target, target.lower())
+        folder = root / "best" / folder_name(target)
         readme = (folder / "README.md").read_text()
         assert decision["reason"] in " ".join(readme.split()), target
     args = (root / "best" / "llama-server" / "llama-server.args").read_text()
@@ -249,12 +250,17 @@ def test_mtp_and_combined_trials_load_the_bundled_module_and_count_it_in_memory(
         assert attrs["acceptance_rate"] > 0  # the module proposed and the target kept some of it
         # the module's weights and its per-position state are counted on top of OFF's estimate
         assert attrs["memory_estimate_bytes"] > base["user_attrs"]["memory_estimate_bytes"]
-    # vLLM and SGLang run neither: their winners are empty and they are told to run without speculation
-    for server in ("vLLM", "SGLang"):
+    # vLLM, SGLang and TensorRT-LLM run neither: their winners are empty and they are told to run without speculation
+    for server in ("vLLM", "SGLang", "TensorRT-LLM"):
         assert summary["winners"][server]["trial"] is None and not summary["winners"][server]["on"]
         assert "no feasible configuration" in summary["winners"][server]["reason"]
     combined = next(r for r in rows if r["params"]["drafter"] == "mtp+ngram")
-    assert combined["user_attrs"]["server_fit"] == {"llama-server": "none", "vLLM": "none", "SGLang": "none"}
+    assert combined["user_attrs"]["server_fit"] == {
+        "llama-server": "none",
+        "vLLM": "none",
+        "SGLang": "none",
+        "TensorRT-LLM": "none",
+    }
 
 
 def test_no_success_is_infinitely_slow_and_infeasible_never_zero(tune, tmp_path):
