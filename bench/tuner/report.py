@@ -226,7 +226,7 @@ def render(rep: dict[str, Any]) -> None:
         console.print(pruners_view(rep["pruners"]))
         console.print(
             f"pruners here: [bold]{rep['pruners']['verdict']}[/] (seeds still ending within 5% of the grid's best, "
-            "then median task runs to within 5%)"
+            "then within 1%, then the fewest task runs spent)"
         )
 
 
@@ -239,16 +239,19 @@ def pruners_view(p: dict[str, Any]):
         f"{p['seeds']} shuffled orders",
         caption=p["note"],
     )
-    for column in ("pruner", "task runs spent", "trials pruned", "seeds ending within 5%", "task runs to within 5%"):
+    columns = ("pruner", "task runs spent", "trials pruned", "seeds ending within 5%", "within 1%")
+    for column in (*columns, "final regret %", "task runs to within 5%"):
         table.add_column(column)
     for name in p["pruners"]:
         s = p["summary"][name]
-        reach = s["spent_to_within"]
+        reach, regret = s["spent_to_within"], s["final_regret_pct"]
         table.add_row(
             name,
             f"{100 * s['spent_share']:.0f}%",
             f"{s['pruned_median']:g}",
             f"{s['ends_within']} of {p['seeds']}",
+            f"{s['ends_within_1pct']} of {p['seeds']}",
+            f"{_num(regret['median'], '.2f', 'never')} (worst {_num(regret['max'], '.2f', 'never')})",
             f"{_num(reach['median'], 'g', 'never')} (worst {_num(reach['max'], 'g', 'never')})",
         )
     return table
