@@ -177,7 +177,8 @@ def load_grid(path: Path) -> dict[str, Any]:
 
 def replay_space(grid: dict[str, Any]) -> tuple[Space, EngineConfig]:
     """The grid's space and a base config, checked to enumerate exactly the grid's points."""
-    space = load_space(grid["space"], has_draft=True, has_mtp=True)  # the stored space holds measured drafters only
+    # the stored space holds measured drafters only
+    space = load_space(grid["space"], has_draft=True, has_mtp=True, has_eagle3=True)
     base = EngineConfig()  # only the parameter names matter here, not sampling or seed
     enumerated = {point_key(p) for p in grid_points(space, base)}
     measured = [point_key(p["params"]) for p in grid["points"]]
@@ -301,6 +302,10 @@ def measure_grid(cfg, space_node: dict[str, Any], grid_file: Path, console) -> d
         setup = prepare(cfg)
         load_s = time.monotonic() - started
         points = grid_points(setup.space, setup.base)
+        # what the loaded models can feed decides, not the model config alone: `prepare` finds a bundled head
+        # that the config names nowhere (eagle3), so the stored space and notes follow the measured points
+        measured_space["drafters"] = {k: v for k, v in space_node["drafters"].items() if k in setup.space.drafters}
+        left_out = dict(setup.space.left_out)
         study = grid_study(setup, points)
         for drafter, why in left_out.items():
             console.print(f"[yellow]note:[/] drafter {drafter} left out: {why}")

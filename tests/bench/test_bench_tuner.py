@@ -350,3 +350,11 @@ def test_ctrl_c_while_measuring_the_grid_writes_no_grid_file(tmp_path, capsys, m
     assert main([*_measure(tmp_path, "--repeats", "1")]) == 130
     assert "no grid file was written" in capsys.readouterr().err
     assert not (tmp_path / "grid.json").exists()
+
+
+def test_a_grid_of_eagle3_points_replays():
+    """The bundled EAGLE-3 head is found by loading, not named in the model config: its measured points replay."""
+    space = {"name": "heads", "drafters": {"eagle3": {"gamma": [2, 4]}}}
+    grid = _grid(space, [_row({"drafter": "eagle3", "eagle3.gamma": g}, 20.0 / g) for g in (2, 4)])
+    replayed, _ = replay_space(grid)
+    assert "eagle3" in replayed.drafters
