@@ -35,7 +35,7 @@ from common.errors import ConfigError
 from engine.eagle3 import Eagle3Module, load_eagle3, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
-from engine.loading import LoadedModel, load_model
+from engine.loading import LoadedModel, load_model, tokenizer_difference
 from engine.mtp import MtpModule, load_mtp, random_mtp
 from engine.profile import StepProfile
 
@@ -253,9 +253,16 @@ def build_cases(
     skipped: dict[str, str] = {}
     if draft is not None:
         configure_assistant(draft.model, gamma)
+        drafting = spec("spectune_draft_model", drafter="draft_model", gamma=gamma, gamma_policy="fixed")
+        # A draft with another tokenizer: transformers' universal assisted generation (it re-tokenizes via text too).
+        other = (
+            {}
+            if drafting.engine.tokenizer_pair is None
+            else {"tokenizer": target.tokenizer, "assistant_tokenizer": draft.tokenizer}
+        )
         cases += [
-            spec("spectune_draft_model", drafter="draft_model", gamma=gamma, gamma_policy="fixed"),
-            _transformers_case("transformers_assisted", tm, inputs, max_new, assistant_model=draft.model),
+            drafting,
+            _transformers_case("transformers_assisted", tm, inputs, max_new, assistant_model=draft.model, **other),
         ]
     else:
         why = "no draft model (--draft DIR): unsupported, not measured"
@@ -690,6 +697,8 @@ def run_engine_bench(
         "transformers": transformers.__version__,
         "target": model_info(target),
         "draft": model_info(draft_m) if draft_m is not None else None,
+        # how the draft's tokenizer differs from the target's (None: the same, or no draft): drafts go over as text
+        "cross_tokenizer": tokenizer_difference(target, draft_m) if draft_m is not None else None,
         "gamma": gamma,
         "repeats": repeats,
         "max_new_tokens": max_new_tokens,

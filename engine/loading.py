@@ -418,15 +418,20 @@ def tokenizer_difference(a: LoadedModel, b: LoadedModel) -> str | None:
 
     config.vocab_size may differ (embedding padding): only the tokenizers are compared.
     """
-    where = f"tokenizers of {a.path} and {b.path} differ"
-    vocab_a, vocab_b = a.tokenizer.get_vocab(), b.tokenizer.get_vocab()
+    return tokenizers_differ(a.tokenizer, b.tokenizer, a.path, b.path)
+
+
+def tokenizers_differ(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, name_a: str, name_b: str) -> str | None:
+    """How tokenizer `a` (of `name_a`) differs from `b` (of `name_b`), in one line; None: they tokenize the same."""
+    where = f"tokenizers of {name_a} and {name_b} differ"
+    vocab_a, vocab_b = a.get_vocab(), b.get_vocab()
     if vocab_a != vocab_b:
         return f"{where}: {len(vocab_a)} vs {len(vocab_b)} tokens; {_first_difference(vocab_a, vocab_b)}"
-    specials_a, specials_b = _special_tokens(a.tokenizer), _special_tokens(b.tokenizer)
+    specials_a, specials_b = _special_tokens(a), _special_tokens(b)
     for key, value in specials_a.items():
         if value != specials_b[key]:
             return f"{where}: {key} {value!r} vs {specials_b[key]!r}"
-    ids_a, ids_b = a.tokenizer.encode(_PROBE_TEXT), b.tokenizer.encode(_PROBE_TEXT)
+    ids_a, ids_b = a.encode(_PROBE_TEXT), b.encode(_PROBE_TEXT)
     if ids_a != ids_b:
         return f"{where}: same vocabulary but they encode text differently ({ids_a} vs {ids_b})"
     return None

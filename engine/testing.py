@@ -22,8 +22,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
-    Qwen2Config,
     PreTrainedTokenizerFast,
+    Qwen2Config,
     Qwen2ForCausalLM,
 )
 
