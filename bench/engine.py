@@ -126,6 +126,12 @@ def tiny_models(quick: bool, root: Path | None = None) -> tuple[Path, Path]:
     return target, draft
 
 
+def _in_draft_ids(target: LoadedModel, draft: LoadedModel, prompt: list[int]) -> list[int]:
+    """`prompt` (target ids) as the draft's own ids of the same text."""
+    text = target.tokenizer.decode(prompt, skip_special_tokens=False)
+    return draft.tokenizer.encode(text, add_special_tokens=False)
+
+
 def model_info(m: LoadedModel) -> dict[str, Any]:
     """What the report says about a model."""
     cfg = m.model.config
@@ -254,16 +260,16 @@ def build_cases(
     if draft is not None:
         configure_assistant(draft.model, gamma)
         drafting = spec("spectune_draft_model", drafter="draft_model", gamma=gamma, gamma_policy="fixed")
-        # A draft with another tokenizer: transformers' universal assisted generation (it re-tokenizes via text too).
-        other = (
-            {}
-            if drafting.engine.tokenizer_pair is None
-            else {"tokenizer": target.tokenizer, "assistant_tokenizer": draft.tokenizer}
-        )
-        cases += [
-            drafting,
-            _transformers_case("transformers_assisted", tm, inputs, max_new, assistant_model=draft.model, **other),
-        ]
+        cases.append(drafting)
+        if drafting.engine.tokenizer_pair is None:
+            cases.append(_transformers_case("transformers_assisted", tm, inputs, max_new, assistant_model=draft.model))
+        else:
+            # transformers' universal assisted generation (tokenizer= / assistant_tokenizer=) fails on the swe-lite
+            # prompts here: one of its assistant forwards gets 0 tokens (RuntimeError in the draft's attention).
+            skipped["transformers_assisted"] = (
+                "the draft has another tokenizer: transformers' universal assisted generation, which would run it, "
+                "fails on these prompts (an assistant forward of 0 tokens), not measured"
+            )
     else:
         why = "no draft model (--draft DIR): unsupported, not measured"
         skipped = {"spectune_draft_model": why, "transformers_assisted": why}
@@ -760,7 +766,9 @@ def run_engine_bench(
     profile_repeats = max(3 * repeats, 15)  # sub-millisecond forwards: more samples than the cases need
     paths = {"target": path_costs(target, longest, profile_repeats)}
     if draft_m is not None:
-        paths["draft"] = path_costs(draft_m, longest, profile_repeats)
+        # A draft with another tokenizer reads the same text in its own ids (and as many of them as it takes).
+        own = longest if setup["cross_tokenizer"] is None else _in_draft_ids(target, draft_m, longest)
+        paths["draft"] = path_costs(draft_m, own, profile_repeats)
     target_costs = paths["target"][target.forward.choice.path]
     draft_costs = paths["draft"][draft_m.forward.choice.path] if draft_m is not None else None
     setup["load_average_1m"]["end"] = _load()
