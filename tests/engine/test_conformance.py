@@ -172,7 +172,7 @@ DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | No
         {},
     ),
     # a draft with another tokenizer: proposals carried over as text (engine/drafters/token_bridge.py)
-    "draft_model_other_tokenizer": ("draft_model", with_other_tokenizer(70, seed=3, copy=True), {}),
+    "draft_model_other_tokenizer": ("draft_model", with_other_tokenizer(80, seed=3, copy=True), {}),
     "draft_model_char_tokenizer": ("draft_model", with_other_tokenizer(3 + len(TEXT_ALPHABET), seed=9, copy=False), {}),
     "mtp": ("mtp", with_mtp(seed=1), {}),
     "mtp_draft_vocab": ("mtp", with_mtp(seed=2, draft_vocab=True), {}),
