@@ -405,7 +405,7 @@ def _engine(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--repeats must be >= {MIN_REPEATS} for a measurement (use --quick for a smoke run)")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else (24 if args.quick else 128)
     if args.draft is not None and args.model is None:
-        parser.error("--draft needs --model (the draft must share the target's tokenizer)")
+        parser.error("--draft needs --model (the draft drafts for that target, in its tokenizer or as text)")
     if args.mtp is not None and args.model is None:
         parser.error("--mtp needs --model (an MTP module is trained for one target)")
     mtp = args.mtp
@@ -539,6 +539,11 @@ def _fmt_params(n: int) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
 
 
+def _cross(report: dict[str, Any]) -> str:
+    """A note when the draft's tokenizer differs from the target's (its drafts are carried over as text)."""
+    return " (another tokenizer: drafts carried over as text)" if report.get("cross_tokenizer") else ""
+
+
 def _model_line(m: dict[str, Any] | None) -> str:
     if m is None:
         return "none"
@@ -563,7 +568,8 @@ def render(report: dict[str, Any]) -> None:
     console.print(
         f"[bold]bench engine[/] device {s['device']} · threads {s['threads']} of {s['cpu_count']} CPUs"
         f" · load {s['load_average_1m']['start']}→{s['load_average_1m']['end']} · target {_model_line(s['target'])}"
-        f" · draft {_model_line(s['draft'])} · gamma {s['gamma']} · max_new_tokens {s['max_new_tokens']}"
+        f" · draft {_model_line(s['draft'])}{_cross(s)}"
+        f" · gamma {s['gamma']} · max_new_tokens {s['max_new_tokens']}"
         f" · repeats {s['repeats']} · prompts {len(kinds)} ({_kinds(kinds)})"
         f" · torch {s['torch']} · transformers {s['transformers']}"
     )

@@ -35,7 +35,7 @@ from common.errors import ConfigError
 from engine.eagle3 import Eagle3Module, load_eagle3, random_eagle3
 from engine.engine import Engine, EngineConfig
 from engine.forward import PATHS, make_forward
-from engine.loading import LoadedModel, load_model
+from engine.loading import LoadedModel, load_model, tokenizer_difference
 from engine.mtp import MtpModule, load_mtp, random_mtp
 from engine.profile import StepProfile
 
@@ -124,6 +124,12 @@ def tiny_models(quick: bool, root: Path | None = None) -> tuple[Path, Path]:
         lambda p: make_tiny_model(p, arch="llama", layers=dl, hidden=dh, seed=ds, tokenizer_from=target),
     )
     return target, draft
+
+
+def _in_draft_ids(target: LoadedModel, draft: LoadedModel, prompt: list[int]) -> list[int]:
+    """`prompt` (target ids) as the draft's own ids of the same text."""
+    text = target.tokenizer.decode(prompt, skip_special_tokens=False)
+    return draft.tokenizer.encode(text, add_special_tokens=False)
 
 
 def model_info(m: LoadedModel) -> dict[str, Any]:
@@ -253,10 +259,17 @@ def build_cases(
     skipped: dict[str, str] = {}
     if draft is not None:
         configure_assistant(draft.model, gamma)
-        cases += [
-            spec("spectune_draft_model", drafter="draft_model", gamma=gamma, gamma_policy="fixed"),
-            _transformers_case("transformers_assisted", tm, inputs, max_new, assistant_model=draft.model),
-        ]
+        drafting = spec("spectune_draft_model", drafter="draft_model", gamma=gamma, gamma_policy="fixed")
+        cases.append(drafting)
+        if drafting.engine.tokenizer_pair is None:
+            cases.append(_transformers_case("transformers_assisted", tm, inputs, max_new, assistant_model=draft.model))
+        else:
+            # transformers' universal assisted generation (tokenizer= / assistant_tokenizer=) fails on the swe-lite
+            # prompts here: one of its assistant forwards gets 0 tokens (RuntimeError in the draft's attention).
+            skipped["transformers_assisted"] = (
+                "the draft has another tokenizer: transformers' universal assisted generation, which would run it, "
+                "fails on these prompts (an assistant forward of 0 tokens), not measured"
+            )
     else:
         why = "no draft model (--draft DIR): unsupported, not measured"
         skipped = {"spectune_draft_model": why, "transformers_assisted": why}
@@ -690,6 +703,8 @@ def run_engine_bench(
         "transformers": transformers.__version__,
         "target": model_info(target),
         "draft": model_info(draft_m) if draft_m is not None else None,
+        # how the draft's tokenizer differs from the target's (None: the same, or no draft): drafts go over as text
+        "cross_tokenizer": tokenizer_difference(target, draft_m) if draft_m is not None else None,
         "gamma": gamma,
         "repeats": repeats,
         "max_new_tokens": max_new_tokens,
@@ -751,7 +766,9 @@ def run_engine_bench(
     profile_repeats = max(3 * repeats, 15)  # sub-millisecond forwards: more samples than the cases need
     paths = {"target": path_costs(target, longest, profile_repeats)}
     if draft_m is not None:
-        paths["draft"] = path_costs(draft_m, longest, profile_repeats)
+        # A draft with another tokenizer reads the same text in its own ids (and as many of them as it takes).
+        own = longest if setup["cross_tokenizer"] is None else _in_draft_ids(target, draft_m, longest)
+        paths["draft"] = path_costs(draft_m, own, profile_repeats)
     target_costs = paths["target"][target.forward.choice.path]
     draft_costs = paths["draft"][draft_m.forward.choice.path] if draft_m is not None else None
     setup["load_average_1m"]["end"] = _load()

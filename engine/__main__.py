@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
     p = argparse.ArgumentParser(prog="python -m engine", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="target model: local folder (or a cached hub id)")
-    p.add_argument("--draft", help="draft model folder (drafter draft_model); must share the tokenizer")
+    p.add_argument(
+        "--draft", help="draft model folder (drafter draft_model); another tokenizer than the target's drafts as text"
+    )
     p.add_argument("--mtp", help="MTP module folder (drafter mtp, mtp+ngram); python -m training.mtp trains one")
     p.add_argument("--eagle3", help="EAGLE-3 head folder (drafter eagle3, eagle3+ngram); python -m training.eagle3")
     p.add_argument(
@@ -99,6 +101,8 @@ def run(args: argparse.Namespace) -> dict:
     out = result.to_dict()
     out["text"] = target.tokenizer.decode(result.tokens, skip_special_tokens=False)
     out["forward"] = target.forward.choice.describe()
+    if engine.tokenizer_pair is not None:  # the draft's tokenizer differs: its drafts are carried over as text
+        out["cross_tokenizer"] = engine.tokenizer_pair
     return out
 
 
@@ -122,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             f"mean accepted length {s['mean_accepted_length']:.2f}; forward {out['forward']}",
             file=sys.stderr,
         )
+        if "cross_tokenizer" in out:
+            print(f"[cross-tokenizer draft, drafts carried over as text: {out['cross_tokenizer']}]", file=sys.stderr)
     return 0
 
 

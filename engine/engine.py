@@ -1,12 +1,14 @@
 """The engine: a target model, an optional draft model and one speculative configuration.
 
-It validates the configuration once (names, options, what the drafter needs, tokenizer compatibility),
+It validates the configuration once (names, options, what the drafter needs, whether a draft shares the
+target's tokenizer),
 owns what sessions share (weights, MTP weights, engine-wide drafter state such as the suffix index) and
 creates sessions. It knows only token ids: no tasks, agents, Hydra or MLflow, and no drafter by name.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,16 +20,19 @@ from engine.acceptance import AcceptanceRule, acceptance_options_class, make_acc
 from engine.batch import decode_together
 from engine.decode import Decoding, GenerationResult, Runtime, decode
 from engine.drafters import Drafter, DrafterResources, DrafterSpec, Needs, drafter_option_keys, resolve_drafter
+from engine.drafters.token_bridge import TokenBridge
 from engine.eagle3 import Eagle3Module
 from engine.eagle3 import check_target as check_eagle3_target
 from engine.gamma import GammaPolicy
 from engine.kv import position_limit
-from engine.loading import LoadedModel, check_same_tokenizer
+from engine.loading import LoadedModel, tokenizer_difference
 from engine.mtp import MtpModule, check_target
 from engine.options import build_options, option_names
 from engine.profile import StepProfile
 from engine.sampling import SamplingParams
 from engine.session import Session
+
+log = logging.getLogger("spectune.engine")
 
 
 @dataclass
@@ -77,11 +82,19 @@ class Engine:
         self.mtp = mtp if self.needs.mtp else None
         self.eagle3 = eagle3 if self.needs.eagle3 else None
         self.params = SamplingParams(config.temperature, config.top_k, config.top_p)
+        # How the draft's tokenizer differs from the target's (None: the same, or no draft model)
+        self.tokenizer_pair: str | None = None
+        self.bridge: TokenBridge | None = None
         if self.needs.draft_model:
             if draft is None:
                 raise UnsupportedConfig(f"drafter {config.drafter!r} needs a draft model (--draft DIR)")
+            # In-process fakes have no tokenizer: ids shared by construction.
             if target.tokenizer is not None and draft.tokenizer is not None:
-                check_same_tokenizer(target, draft)  # in-process fakes have none: ids shared by construction
+                self.tokenizer_pair = tokenizer_difference(target, draft)
+        if self.tokenizer_pair is not None:
+            # The draft proposes in its own ids, carried over as text (engine/drafters/token_bridge.py).
+            self.bridge = TokenBridge(target.tokenizer, draft.tokenizer, self.tokenizer_pair)
+            log.info("draft_model: cross-tokenizer pair, proposals carried over as text (%s)", self.tokenizer_pair)
         if self.needs.mtp:
             if mtp is None:
                 raise UnsupportedConfig(
@@ -178,7 +191,12 @@ class Engine:
     def new_drafter(self) -> Drafter:
         """A drafter instance for a new session."""
         resources = DrafterResources(
-            target=self.target, draft=self.draft, mtp=self.mtp, eagle3=self.eagle3, shared=self.shared_state
+            target=self.target,
+            draft=self.draft,
+            mtp=self.mtp,
+            eagle3=self.eagle3,
+            shared=self.shared_state,
+            bridge=self.bridge,
         )
         return self.drafter_spec.make(resources)
 

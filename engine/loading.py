@@ -1,8 +1,8 @@
 """Load a causal LM and its tokenizer for the engine, with clear errors when a model cannot be found.
 
 Resolves device and dtype names, loads local Hugging Face folders (or hub ids already in the local cache),
-and checks that a draft shares the target's tokenizer. A folder whose files are there but broken (a
-config.json that is not JSON or names no architecture, an empty / truncated / corrupt safetensors
+and compares a draft's tokenizer with the target's (`tokenizer_difference`). A folder whose files are
+there but broken (a config.json that is not JSON or names no architecture, an empty / truncated / corrupt safetensors
 file, tensors missing or of the wrong shape) raises ModelFileError naming the file, never a partly
 random model. Non-goals: downloading by default, quantisation, multi-GPU sharding (no `device_map`:
 that needs `accelerate`, which is not a dependency).
@@ -413,17 +413,32 @@ def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
     }
 
 
-def check_same_tokenizer(a: LoadedModel, b: LoadedModel) -> None:
-    """Raise TokenizerMismatchError unless `a` and `b` tokenize identically; config.vocab_size may differ."""
-    where = f"tokenizers of {a.path} and {b.path} differ"
-    vocab_a, vocab_b = a.tokenizer.get_vocab(), b.tokenizer.get_vocab()
+def tokenizer_difference(a: LoadedModel, b: LoadedModel) -> str | None:
+    """How the tokenizers of `a` and `b` differ (vocabulary, special tokens, or how they split text); None: the same.
+
+    config.vocab_size may differ (embedding padding): only the tokenizers are compared.
+    """
+    return tokenizers_differ(a.tokenizer, b.tokenizer, a.path, b.path)
+
+
+def tokenizers_differ(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, name_a: str, name_b: str) -> str | None:
+    """How tokenizer `a` (of `name_a`) differs from `b` (of `name_b`), in one line; None: they tokenize the same."""
+    where = f"tokenizers of {name_a} and {name_b} differ"
+    vocab_a, vocab_b = a.get_vocab(), b.get_vocab()
     if vocab_a != vocab_b:
-        sizes = f"{len(vocab_a)} vs {len(vocab_b)} tokens"
-        raise TokenizerMismatchError(f"{where}: {sizes}; {_first_difference(vocab_a, vocab_b)}")
-    specials_a, specials_b = _special_tokens(a.tokenizer), _special_tokens(b.tokenizer)
+        return f"{where}: {len(vocab_a)} vs {len(vocab_b)} tokens; {_first_difference(vocab_a, vocab_b)}"
+    specials_a, specials_b = _special_tokens(a), _special_tokens(b)
     for key, value in specials_a.items():
         if value != specials_b[key]:
-            raise TokenizerMismatchError(f"{where}: {key} {value!r} vs {specials_b[key]!r}")
-    ids_a, ids_b = a.tokenizer.encode(_PROBE_TEXT), b.tokenizer.encode(_PROBE_TEXT)
+            return f"{where}: {key} {value!r} vs {specials_b[key]!r}"
+    ids_a, ids_b = a.encode(_PROBE_TEXT), b.encode(_PROBE_TEXT)
     if ids_a != ids_b:
-        raise TokenizerMismatchError(f"{where}: same vocabulary but they encode text differently ({ids_a} vs {ids_b})")
+        return f"{where}: same vocabulary but they encode text differently ({ids_a} vs {ids_b})"
+    return None
+
+
+def check_same_tokenizer(a: LoadedModel, b: LoadedModel) -> None:
+    """Raise TokenizerMismatchError unless `a` and `b` tokenize identically; config.vocab_size may differ."""
+    difference = tokenizer_difference(a, b)
+    if difference is not None:
+        raise TokenizerMismatchError(difference)

@@ -1,4 +1,4 @@
-"""In-process fakes for tests and benchmarks: tiny random models with no files and no tokenizer.
+"""In-process fakes for tests and benchmarks: tiny random models with no files, and small in-process tokenizers.
 
 They exercise the engine exactly as real checkpoints do (same transformers classes, same KV
 cache), just small. Not for measurement of anything but the engine's own mechanics.
@@ -7,8 +7,10 @@ cache), just small. Not for measurement of anything but the engine's own mechani
 from __future__ import annotations
 
 import copy
+from functools import cache
 
 import torch
+from tokenizers import Tokenizer, decoders, models, trainers
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -20,11 +22,13 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
 
 from engine.loading import LoadedModel
+from engine.tiny import IM_END, IM_START, SPECIAL_TOKENS, _corpus
 
 SLIDING_WINDOW = 8  # shorter than every test prompt, so rollbacks and reuse happen past the window
 
@@ -125,3 +129,46 @@ def perturbed_copy(base: LoadedModel, noise: float, seed: int = 1, vocab: int | 
         dtype=base.dtype,
         forward_path=base.forward_path,
     )
+
+
+# Lower-case text, spaces, newlines and a little punctuation: a character-level BPE over it fits a 96-id model.
+TEXT_ALPHABET = "abcdefghijklmnopqrstuvwxyz (),.:=\n"
+
+
+@cache
+def text_tokenizer(vocab: int, alphabet: str = TEXT_ALPHABET) -> PreTrainedTokenizerFast:
+    """A character-level BPE of exactly `vocab` ids over `alphabet`, ChatML specials first (ids 0-2), no EOS.
+
+    Trained in-process on engine.tiny's corpus restricted to `alphabet`: two sizes share their first merges and
+    split text differently after them. No EOS token, so a random model given one stops where it did without.
+    """
+    texts = ["".join(c for c in text.lower() if c in alphabet) for text in _corpus()]
+    backend = Tokenizer(models.BPE())
+    backend.decoder = decoders.Fuse()  # pieces are plain text: decoding concatenates them
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=list(alphabet),
+        limit_alphabet=len(alphabet),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, additional_special_tokens=[IM_START, IM_END])
+    if len(tokenizer) != vocab:
+        raise ValueError(f"the corpus gives {len(tokenizer)} tokens over {alphabet!r}, not {vocab}")
+    return tokenizer
+
+
+def with_tokenizer(base: LoadedModel, tokenizer: PreTrainedTokenizerFast, name: str = "") -> LoadedModel:
+    """`base` (the same weights and forward) with `tokenizer`."""
+    model = LoadedModel(
+        model=base.model,
+        tokenizer=tokenizer,
+        path=f"{base.path}+{name or 'tokenizer'}",
+        device=base.device,
+        dtype=base.dtype,
+        forward_path=base.forward_path,
+    )
+    model._forward = base._forward  # shared: a forward built for `base` (a custom plan) serves this view too
+    return model

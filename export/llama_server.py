@@ -62,6 +62,7 @@ from export.record import (
     gamma_rows,
     is_half_export,
     levels_in_order,
+    other_tokenizer_reason,
     speculation_on,
     typed_options,
 )
@@ -358,7 +359,22 @@ def _confidence(engine: EngineConfig, flags: list[Flag], rows: list[Mapping]) ->
     )
 
 
-def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
+# b11434's common_speculative_are_compatible refuses a draft whose vocabulary differs (type, BOS/EOS, size, token
+# texts) and the server then fails to start; the release has no --spec-replace to carry drafts over as text.
+OTHER_TOKENIZER = (
+    "the pinned llama.cpp (b11434) refuses a draft whose vocabulary differs from the target's and has no "
+    "cross-vocabulary flag (no --spec-replace): speculation off"
+)
+
+
+def _draft_model(
+    engine: EngineConfig, draft: str | None, other_tokenizer: str | None = None
+) -> tuple[list[Flag], list[Mapping]]:
+    """draft-simple with the draft's GGUF; speculation off where the draft's tokenizer differs (`other_tokenizer`)."""
+    if other_tokenizer is not None:
+        return [("--spec-type", "none")], [
+            _row("drafter=draft_model (another tokenizer)", NONE, f"{OTHER_TOKENIZER} ({other_tokenizer})")
+        ]
     flags = [
         ("--spec-type", "draft-simple"),  # --model-draft alone loads the weights and drafts nothing
         ("--model-draft", gguf(draft, "draft")),
@@ -496,10 +512,15 @@ def _acceptance(engine: EngineConfig, lossy: bool) -> list[Mapping]:
 
 
 def speculation(
-    engine: EngineConfig, draft: str | None, eagle3: str | None = None, dflash: str | None = None
+    engine: EngineConfig,
+    draft: str | None,
+    eagle3: str | None = None,
+    dflash: str | None = None,
+    other_tokenizer: str | None = None,
 ) -> tuple[list[Flag], list[Mapping]]:
     """The speculation and sampling flags of `engine` (draft: the draft weights; eagle3: the head's GGUF or
-    folder; dflash: a DFlash / DSpark draft GGUF) and their Mapping rows.
+    folder; dflash: a DFlash / DSpark draft GGUF; other_tokenizer: how the draft's tokenizer differs from the
+    target's, record.other_tokenizer_reason) and their Mapping rows.
 
     The `engine.backend=llama-server` runner starts its servers with exactly these flags, so what the tuner
     measured there is what `build` exports.
@@ -507,8 +528,11 @@ def speculation(
     _, rule = typed_options(engine)
     files = Files(draft=draft, eagle3=eagle3, dflash=dflash)
     off = [("--spec-type", "none")]
+    builders = BUILDERS
+    if other_tokenizer is not None:
+        builders = {**BUILDERS, "draft_model": lambda e, options, f: _draft_model(e, f.draft, other_tokenizer)}
     spec_flags, spec_rows = dispatch(
-        engine, TARGET, BUILDERS, files, off, why_left_out=_why_left_out, whole=_first_wins
+        engine, TARGET, builders, files, off, why_left_out=_why_left_out, whole=_first_wins
     )
     sampling_flags, sampling_rows = _sampling(engine)
     return spec_flags + sampling_flags, spec_rows + _acceptance(engine, rule.lossy) + sampling_rows
@@ -581,7 +605,7 @@ def build_at(record: ExportRecord, level: int) -> tuple[list[Flag], list[Mapping
     rows.append(kv_row)
     head = made.get("eagle3") or record.eagle3_gguf or (f"{record.target}+{record.eagle3}" if record.eagle3 else None)
     draft = made.get("draft") or record.draft
-    spec_flags, spec_rows = speculation(record.engine, draft, head, record.dflash_gguf)
+    spec_flags, spec_rows = speculation(record.engine, draft, head, record.dflash_gguf, other_tokenizer_reason(record))
     return flags + spec_flags, rows + spec_rows
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from engine.acceptance import AcceptanceRule
+from engine.drafters import resolve_drafter
 from engine.engine import Engine, EngineConfig
 
 EXACT, APPROXIMATE, NONE = "exact", "approximate", "none"  # how well one setting maps onto a server
@@ -107,6 +109,34 @@ def half_export(child: str, why: str) -> str:
 def is_half_export(reason: str) -> bool:
     """Whether a mapping row's reason says only part of a combination is exported (half_export)."""
     return reason.startswith(HALF_EXPORT.split("{", 1)[0])
+
+
+def other_tokenizer_reason(record: ExportRecord) -> str | None:
+    """How the draft's tokenizer differs from the target's, when the record drafts with a draft model; else None.
+
+    None too where either tokenizer cannot be read here (a hub id, a GGUF file, a placeholder): such a draft is
+    exported as a same-tokenizer draft, as before. The exporters turn a reason into speculation off (llama-server,
+    SGLang) or vLLM's heterogeneous-vocabulary draft_model.
+    """
+    if record.draft is None or not resolve_drafter(record.engine.drafter).needs.draft_model:
+        return None
+    return _folders_differ(str(record.target), str(record.draft))
+
+
+@cache
+def _folders_differ(target: str, draft: str) -> str | None:
+    """engine.loading.tokenizers_differ of two local model folders' tokenizers (None where either is unreadable)."""
+    from transformers import AutoTokenizer
+
+    from engine.loading import tokenizers_differ
+
+    try:
+        if not (Path(target).is_dir() and Path(draft).is_dir()):
+            return None
+        tokenizers = [AutoTokenizer.from_pretrained(p, local_files_only=True) for p in (target, draft)]
+    except Exception:  # transformers raises many kinds for a folder without a usable tokenizer
+        return None
+    return tokenizers_differ(*tokenizers, target, draft)
 
 
 @dataclass(frozen=True)

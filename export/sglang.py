@@ -52,6 +52,7 @@ from export.record import (
     gamma_rows,
     level_configuration,
     levels_in_order,
+    other_tokenizer_reason,
     read_eagle3_head,
     speculation_on,
     typed_options,
@@ -136,7 +137,19 @@ def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[list[Flag], list[Ma
     return _ngram_trie(engine, o, "PROB"), rows
 
 
-def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[list[Flag], list[Mapping]]:
+def _draft_model(
+    engine: EngineConfig, draft: str | None, other_tokenizer: str | None = None
+) -> tuple[list[Flag], list[Mapping]]:
+    """STANDALONE with the draft folder; speculation off where the draft's tokenizer differs (`other_tokenizer`)."""
+    if other_tokenizer is not None:
+        return [], [
+            _row(
+                "drafter=draft_model (another tokenizer)",
+                NONE,
+                "SGLang 0.5.23's STANDALONE draft must share the target's vocabulary and its built-in algorithms have "
+                f"no cross-tokenizer one: speculation off ({other_tokenizer})",
+            )
+        ]
     length = draft_length(engine)
     flags = [
         ("--speculative-algorithm", "STANDALONE"),
@@ -319,7 +332,12 @@ def build_at(record: ExportRecord, level: int, head_dir: str = HEAD_DIR) -> tupl
         rows.append(_row("one session at a time", EXACT, "server argument --max-running-requests 1"))
     else:
         rows.append(_row(f"concurrency={level}", EXACT, f"server argument --max-running-requests {level}"))
-    builders = {**BUILDERS, "eagle3": lambda engine, options, files: _eagle3(engine, files.eagle3, head_dir)}
+    other = other_tokenizer_reason(record)
+    builders = {
+        **BUILDERS,
+        "eagle3": lambda engine, options, files: _eagle3(engine, files.eagle3, head_dir),
+        "draft_model": lambda engine, options, files: _draft_model(engine, files.draft, other),
+    }
     flags, more = dispatch(engine, TARGET, builders, Files(draft=record.draft, eagle3=record.eagle3), [])
     rows += more
     if flags:

@@ -27,6 +27,7 @@ one set of options serve every batch size.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from export.record import (
     gamma_rows,
     level_configuration,
     levels_in_order,
+    other_tokenizer_reason,
     read_eagle3_head,
     speculation_on,
     typed_options,
@@ -140,10 +142,23 @@ def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[dict[str, Any], lis
     return config, rows
 
 
-def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[dict[str, Any], list[Mapping]]:
+def _draft_model(
+    engine: EngineConfig, draft: str | None, other_tokenizer: str | None = None
+) -> tuple[dict[str, Any], list[Mapping]]:
+    """method draft_model; with use_heterogeneous_vocab where the draft's tokenizer differs (`other_tokenizer`)."""
     config = {"method": "draft_model", "model": draft, "num_speculative_tokens": draft_length(engine)}
+    row = _row("drafter=draft_model", EXACT, "method draft_model with model = the draft weights (same tokenizer)")
+    if other_tokenizer is not None:
+        config["use_heterogeneous_vocab"] = True
+        row = _row(
+            "drafter=draft_model (another tokenizer)",
+            APPROXIMATE,
+            "use_heterogeneous_vocab: vLLM restricts the draft to the tokens both vocabularies share (TLI, greedy "
+            "drafts) where spectune carries its drafts over as text and re-tokenizes them; both verify losslessly, "
+            f"acceptance can differ ({other_tokenizer})",
+        )
     rows = [
-        _row("drafter=draft_model", EXACT, "method draft_model with model = the draft weights (same tokenizer)"),
+        row,
         *gamma_rows(engine, TARGET, "num_speculative_tokens"),
         *_model_draft_rows(engine, "a draft model"),
     ]
@@ -207,7 +222,7 @@ def _eagle3(engine: EngineConfig, folder: str | None) -> tuple[dict[str, Any], l
 
 def build(record: ExportRecord) -> tuple[dict[str, Any], list[Mapping]]:
     """The speculative config dict and the Mapping rows for vLLM."""
-    config, rows = _speculative(record.engine, record.draft, record.eagle3)
+    config, rows = _speculative(record.engine, record.draft, record.eagle3, other_tokenizer_reason(record))
     return config, [*_model_rows(record), _sessions_row(record.concurrency), *rows, *_rule_rows(record.engine)]
 
 
@@ -231,10 +246,16 @@ def _sessions_row(concurrency: int) -> Mapping:
 
 
 def _speculative(
-    engine: EngineConfig, draft: str | None, eagle3: str | None = None
+    engine: EngineConfig, draft: str | None, eagle3: str | None = None, other_tokenizer: str | None = None
 ) -> tuple[dict[str, Any], list[Mapping]]:
-    """The speculative config of `engine` ({} = speculation off) and the drafter's rows (export/table.py)."""
-    return dispatch(engine, TARGET, BUILDERS, Files(draft=draft, eagle3=eagle3), {})
+    """The speculative config of `engine` ({} = speculation off) and the drafter's rows (export/table.py).
+
+    `other_tokenizer`: how the draft's tokenizer differs from the target's (record.other_tokenizer_reason).
+    """
+    builders = BUILDERS
+    if other_tokenizer is not None:
+        builders = {**BUILDERS, "draft_model": lambda e, options, files: _draft_model(e, files.draft, other_tokenizer)}
+    return dispatch(engine, TARGET, builders, Files(draft=draft, eagle3=eagle3), {})
 
 
 def _none(engine: EngineConfig, options: object, files: Files) -> tuple[dict[str, Any], list[Mapping]]:
@@ -328,7 +349,8 @@ def build_levels(
         if not speculation_on(config):
             lengths[level] = 0
             continue
-        spec, rows = _speculative(config, record.draft, record.eagle3)
+        other = other_tokenizer_reason(replace(record, engine=config))
+        spec, rows = _speculative(config, record.draft, record.eagle3, other)
         if not spec:
             why = next(r.reason for r in rows if r.fit == NONE)
             return None, [

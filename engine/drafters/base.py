@@ -20,6 +20,7 @@ from engine.llama import TRUNK
 from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from engine.drafters.token_bridge import TokenBridge
     from engine.eagle3 import Eagle3Module
     from engine.loading import LoadedModel
     from engine.mtp import MtpModule
@@ -117,6 +118,8 @@ class DrafterResources:
     mtp: MtpModule | None = None  # the MTP weights of `mtp`
     eagle3: Eagle3Module | None = None  # the EAGLE-3 head of `eagle3`
     shared: Any = None  # engine-wide drafter state: what the drafter class's shared_state() returned
+    # draft_model with a draft whose tokenizer differs from the target's: the pair's TokenBridge, else None
+    bridge: TokenBridge | None = None
 
 
 class Drafter(Protocol):

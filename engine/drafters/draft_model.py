@@ -7,6 +7,11 @@ draft logits are cut or padded with -inf to the target's vocabulary. A draft wit
 position limit than the target's (GPT-2's learned `n_positions`, a smaller `max_position_embeddings`)
 drafts only what fits below its limit, then proposes nothing: the target decodes plainly from there.
 
+A draft with another tokenizer (the engine gives it the pair's TokenBridge) drafts in its own ids, greedily,
+and its proposal is carried over as text (engine/drafters/token_bridge.py): whole target tokens, verified as a
+one-hot proposal, so greedy stays plain greedy and exact sampling stays exact. Such a session drafts alone in
+a batch.
+
 In a batch (engine/batch.py) the sessions of one draft model chain together (`propose_many`): every chain
 step is one ragged draft forward (`forward.many`) over the sessions still drafting, the first also feeding
 each session's catch-up tokens, instead of one forward per session per step.
@@ -22,8 +27,12 @@ import torch
 
 from common.errors import UnsupportedConfig
 from engine.drafters.base import Draft, DraftContext, DrafterBase, DrafterResources, Needs, propose_grouped
+from engine.drafters.token_bridge import BridgeState
 from engine.kv import crop_cache, position_limit
 from engine.sampling import effective_probs, greedy_ids, sample
+
+# Draft steps per target token a cross-tokenizer draft may take (its tokens may be shorter than the target's).
+STEPS_PER_TOKEN = 3
 
 if TYPE_CHECKING:
     from engine.loading import LoadedModel
@@ -56,6 +65,7 @@ class DraftModelDrafter(DrafterBase):
             raise UnsupportedConfig("drafter 'draft_model' needs a draft model (--draft DIR / model.draft)")
         super().__init__(options or DraftModelOptions(), resources)
         self._use(resources.draft, resources.target.vocab_size)
+        self._bridge = resources.bridge.session() if resources.bridge is not None else None
 
     def _use(self, draft: LoadedModel, vocab: int) -> None:
         """Draft with `draft` (its forward is built once per loaded model) into the target's `vocab`."""
@@ -69,10 +79,13 @@ class DraftModelDrafter(DrafterBase):
         self._limit = position_limit(draft.model)  # None: no known limit
         self._cached: list[int] = []  # tokens whose KV the draft cache holds
         self._verified = 0  # _cached[:_verified] is known to equal the session history
+        self._bridge: BridgeState | None = None  # set for a draft with another tokenizer
 
     def begin(self, history: list[int]) -> None:
         """The history may have diverged between generations: re-check from the start."""
         self._verified = 0
+        if self._bridge is not None:
+            self._bridge.begin()
 
     def _sync(self, history: list[int]) -> None:
         c = self._verified
@@ -93,6 +106,8 @@ class DraftModelDrafter(DrafterBase):
 
     def propose(self, ctx: DraftContext) -> Draft:
         """Draft up to ctx.max_tokens tokens after history + prefix; stop when the top probability < ctx.confidence."""
+        if self._bridge is not None:
+            return self._propose_as_text(ctx, self._bridge)
         feed, max_tokens = self._start(ctx)
         if not max_tokens:  # past the draft's limit: an empty draft makes this a plain decoding step
             return Draft(limited=True)
@@ -110,6 +125,36 @@ class DraftModelDrafter(DrafterBase):
             feed = [tok]
         return self._draft(tokens, probs)
 
+    def _propose_as_text(self, ctx: DraftContext, bridge: BridgeState) -> Draft:
+        """Draft greedily in the draft's own ids until they carry over to ctx.max_tokens whole target tokens."""
+        got = bridge.context([*ctx.history, *ctx.prefix])
+        if got is None:  # the history ends inside a character: the target's next token finishes it
+            return Draft()
+        context, unchanged = got
+        room = self.room(len(context))
+        if room == 0:
+            return Draft(limited=True)
+        self._verified = min(self._verified, unchanged)  # the re-encoded tail may differ from last step's
+        self._sync(context)
+        feed = context[len(self._cached) :]
+        steps = STEPS_PER_TOKEN * ctx.max_tokens + 1
+        steps = steps if room is None else min(steps, room)
+        drafted: list[int] = []
+        tokens: list[int] = []
+        while len(drafted) < steps:
+            logits, _ = self._forward(self._cache, self._ids(feed))
+            self._cached.extend(feed)
+            row = logits[-1][: bridge.bridge.draft_size]  # ids past the tokenizer have no text
+            # Greedy whatever the sampling: the proposal is verified one-hot, where the draft's argmax is its best bet.
+            if ctx.confidence is not None and float(row.float().softmax(-1).max()) < ctx.confidence:
+                break
+            drafted.append(int(greedy_ids(row)))
+            tokens, done = bridge.bridge.to_target(drafted, ctx.max_tokens)
+            if done:
+                break
+            feed = drafted[-1:]
+        return Draft(tokens=tokens, sources=[self.name] * len(tokens))
+
     @classmethod
     def propose_many(cls, drafters: Sequence[DraftModelDrafter], contexts: Sequence[DraftContext]) -> list[Draft]:
         """Every session's `propose`, each chain step one draft forward (`forward.many`) over all still drafting.
@@ -118,7 +163,7 @@ class DraftModelDrafter(DrafterBase):
         together; each keeps its own draft cache, catch-up tokens, budget, confidence stop, position limit
         and generator, so each gets the draft it would get alone (up to the batched linears' rounding).
         """
-        return propose_grouped(drafters, contexts, lambda drafter: drafter._forward, _chain_together)
+        return propose_grouped(drafters, contexts, _chain_key, _chain_together)
 
     def _start(self, ctx: DraftContext) -> tuple[list[int], int]:
         """(tokens the draft must be fed first, most tokens to draft: 0 past its position limit), the cache synced."""
@@ -151,6 +196,11 @@ class DraftModelDrafter(DrafterBase):
     def _draft(self, tokens: list[int], probs: list[torch.Tensor]) -> Draft:
         stacked = torch.stack(probs) if probs else None  # [n, V_target] when sampling
         return Draft(tokens=tokens, probs=stacked, sources=[self.name] * len(tokens))
+
+
+def _chain_key(drafter: DraftModelDrafter) -> object:
+    """Sessions of one draft forward chain together; one with another tokenizer drafts alone (its own key)."""
+    return drafter._forward if drafter._bridge is None else drafter
 
 
 def _chain_together(drafters: list[DraftModelDrafter], contexts: list[DraftContext]) -> list[Draft]:

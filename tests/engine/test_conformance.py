@@ -9,7 +9,8 @@ transformers' forward and, where it covers the architecture, on the engine's own
 (engine/llama.py, path `torch`: float64 like the rest; the oneDNN path is fp32/bf16 only and is
 checked on the bundled models in test_forward_paths.py), and Llama and Mistral also on a `mixed` path
 whose single-row steps and verification rows run on different kernels (SPLIT). Combined drafters
-(`A+B`) and the MTP and layer-skip drafters run the same suite; the MTP modules are random but made
+(`A+B`), the MTP and layer-skip drafters, and draft models with another tokenizer than the target's (character-
+level BPEs trained in-process, engine.testing.text_tokenizer) run the same suite; the MTP modules are random but made
 to partly agree with the targets (`agreeing_mtp`), so their drafts are both accepted and rejected.
 """
 
@@ -32,7 +33,14 @@ from engine.llama import covers
 from engine.loading import LoadedModel
 from engine.mtp import MtpModule, random_mtp
 from engine.stats import GenerationStats
-from engine.testing import SLIDING_WINDOW, perturbed_copy, random_model
+from engine.testing import (
+    SLIDING_WINDOW,
+    TEXT_ALPHABET,
+    perturbed_copy,
+    random_model,
+    text_tokenizer,
+    with_tokenizer,
+)
 
 ARCHS = ["llama", "qwen2", "mistral", "gemma3"]
 # (arch, forward path): transformers' forward for all, the engine's for the architectures it covers
@@ -132,6 +140,25 @@ def with_draft(**kw) -> Callable[[LoadedModel], dict[str, Any]]:
     return lambda t: {"draft": perturbed_copy(t, **kw)}
 
 
+def with_other_tokenizer(draft_vocab: int, seed: int, copy: bool) -> Callable[[LoadedModel], dict[str, Any]]:
+    """The target with a character-level BPE of its vocabulary size, and a draft whose BPE has `draft_vocab` ids.
+
+    copy=True: the draft is a perturbed copy of the target (its first `draft_vocab` ids spell what the target's do,
+    the target's later merges reach it in shorter pieces), so its drafts are accepted now and then. copy=False: a
+    random model over single characters (draft_vocab = the alphabet and the specials), accepted next to never.
+    """
+
+    def build(t: LoadedModel) -> dict[str, Any]:
+        target = with_tokenizer(t, text_tokenizer(t.vocab_size), "target-bpe")
+        if copy:
+            draft = perturbed_copy(t, noise=0.6, seed=seed)
+        else:
+            draft = random_model("llama", vocab=draft_vocab, seed=seed, logit_scale=4.0)
+        return {"target": target, "draft": with_tokenizer(draft, text_tokenizer(draft_vocab), "draft-bpe")}
+
+    return build
+
+
 # name -> (drafter, build_resources(target) -> Engine keyword arguments (draft=, mtp=) or None, drafter options)
 DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | None, dict[str, Any]]] = {
     "none": ("none", None, {}),
@@ -144,6 +171,9 @@ DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | No
         lambda t: {"draft": short_context(perturbed_copy(t, noise=0.6, seed=5), DRAFT_LIMIT)},
         {},
     ),
+    # a draft with another tokenizer: proposals carried over as text (engine/drafters/token_bridge.py)
+    "draft_model_other_tokenizer": ("draft_model", with_other_tokenizer(80, seed=3, copy=True), {}),
+    "draft_model_char_tokenizer": ("draft_model", with_other_tokenizer(3 + len(TEXT_ALPHABET), seed=9, copy=False), {}),
     "mtp": ("mtp", with_mtp(seed=1), {}),
     "mtp_draft_vocab": ("mtp", with_mtp(seed=2, draft_vocab=True), {}),
     "eagle3": ("eagle3", with_eagle3(seed=1), {}),
@@ -162,7 +192,15 @@ DRAFTER_CASES: dict[str, tuple[str, Callable[[LoadedModel], dict[str, Any]] | No
     "mtp+suffix_extend": ("mtp+suffix", with_mtp(seed=1), {"policy": "extend"}),
 }
 # drafters with a model behind them
-MODEL_CASES = ["draft_model", "mtp", "mtp_draft_vocab", "eagle3", "eagle3_draft_vocab", "layer_skip"]
+MODEL_CASES = [
+    "draft_model",
+    "draft_model_other_tokenizer",
+    "mtp",
+    "mtp_draft_vocab",
+    "eagle3",
+    "eagle3_draft_vocab",
+    "layer_skip",
+]
 MAX_NEW = 40
 # Repetitive prompts give lookup drafters something to match; random ones test the rest.
 PROMPTS = [
@@ -199,6 +237,7 @@ def reference(target):
 def make_engine(target, case: str, gamma: int, **kw) -> Engine:
     drafter, build_resources, options = DRAFTER_CASES[case]
     resources = build_resources(target) if build_resources else {}
+    target = resources.pop("target", target)  # the same weights with a tokenizer (cross-tokenizer cases)
     return Engine(target, EngineConfig(drafter=drafter, gamma=gamma, options=dict(options), **kw), **resources)
 
 

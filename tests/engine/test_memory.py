@@ -32,6 +32,7 @@ from engine.memory import (
     workspace_bytes,
 )
 from engine.memory.__main__ import main
+from engine.tiny import make_tiny_model
 from tests.conftest import needs_cuda
 
 torch.set_num_threads(1)  # the test machine's cores are shared
@@ -159,6 +160,27 @@ def test_kv_bytes_equal_engine_caches(shapes: dict[str, ModelShape], dtype: str)
         assert rest == 0 and reserved >= length
         kv = estimate_memory(shapes["target"], dtype=dtype, context=reserved, gamma=4, draft=shapes["draft"])
         assert (kv.target_kv if name == "target" else kv.draft_kv) == held
+
+
+def test_other_tokenizer_draft_counted_with_its_own_vocabulary(shapes: dict[str, ModelShape], tmp_path: Path) -> None:
+    """A draft with another tokenizer (400 ids, the target's 8192) is counted from its own shape: its embedding and
+    LM head rows and its KV over its own tokens."""
+    folder = make_tiny_model(tmp_path / "other", layers=1, hidden=64, vocab=400, seed=3)
+    target = load_model(str(TARGET), device="cpu", dtype="float32")
+    draft = load_model(str(folder), device="cpu", dtype="float32")
+    engine = Engine(target, EngineConfig(drafter="draft_model", gamma=4), draft=draft)
+    assert engine.tokenizer_pair is not None  # the pair is cross-tokenizer
+    session = engine.new_session()
+    prompt = target.tokenizer.encode("def add(a, b):\n    return a + b\n")
+    assert engine.generate(prompt, NEW, stop_tokens=frozenset(), session=session).stats.drafted > 0
+    shape = model_shape(str(folder))
+    assert shape.vocab == 400 != shapes["target"].vocab
+    estimate = estimate_memory(shapes["target"], dtype="float32", context=256, gamma=4, draft=shape)
+    assert estimate.draft_weights == sum(p.numel() * p.element_size() for p in draft.model.parameters())
+    cache = session.drafter._cache  # its own ids: as many positions as the draft's tokenizer spells the history in
+    held = sum(t.untyped_storage().nbytes() for pair in kv_tensors(cache) for t in pair)
+    reserved = held // kv_bytes_for(shape, 1, "float32")
+    assert estimate_memory(shapes["target"], dtype="float32", context=reserved, draft=shape).draft_kv == held
 
 
 def test_quantised_kv_dtype_scales_kv_only(shapes: dict[str, ModelShape]) -> None:

@@ -16,6 +16,10 @@ prefix, and the drafter its hidden states and block cache, rolled back to PROMPT
 that the first step drafts 2 chained tokens; the joint of the first two tokens is compared as above.
 Measured (MTP_SAMPLES = 300): mtp, mtp+ngram and mtp+suffix (extend; suffix+MTP mixed drafts carry one-hot
 rows, then q rows) p = 0.05 .. 0.91; without the residual p = 4e-8.
+
+A draft with another tokenizer (a character-level BPE of 10 ids over "ab" against the target's 8) proposes
+re-tokenized text, verified one-hot (engine/drafters/token_bridge.py). Measured (SAMPLES): p = 0.61 (t1) and
+0.35 (t0.8_topk5_topp0.95); without the residual p = 2e-46; acceptance 0.23 of its proposals.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from engine.engine import Engine, EngineConfig
 from engine.mtp import random_mtp
 from engine.sampling import SamplingParams, effective_probs, sample
 from engine.stats import GenerationStats
-from engine.testing import random_model
+from engine.testing import random_model, text_tokenizer, with_tokenizer
 
 VOCAB = 8
 SAMPLES = 2000
@@ -146,6 +150,49 @@ def test_negative_control_lossy_topk_fails_and_is_flagged(models):
     assert engine.lossy and engine.generate(PROMPT, 2).lossy
     p = p_value(engine, exact_joint(target, params))
     assert p < ALPHA, f"the test failed to detect the lossy topk rule (p={p:.2e})"
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_models(models):
+    """The target with a character-level BPE of its 8 ids over "ab", and a random 10-id draft with a 10-id BPE.
+
+    The draft's tokens are carried over as text and re-tokenized (engine/drafters/token_bridge.py): its proposals
+    are one-hot, with no draft distribution over the target's ids.
+    """
+    target, _ = models
+    draft = random_model("llama", vocab=10, hidden=32, layers=1, seed=13, logit_scale=6.0)
+    return (
+        with_tokenizer(target, text_tokenizer(VOCAB, "ab"), "ab-bpe"),
+        with_tokenizer(draft, text_tokenizer(10, "ab"), "ab-bpe10"),
+    )
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_exact_sampling_with_other_tokenizer_draft_matches_plain_distribution(other_tokenizer_models, setting):
+    target, draft = other_tokenizer_models
+    params = SETTINGS[setting]
+    engine = make(target, draft, "draft_model", params)
+    assert engine.tokenizer_pair is not None
+    p = p_value(engine, exact_joint(target, params))
+    assert p > ALPHA, f"other-tokenizer draft_model exact sampling deviates from plain sampling (chi-square p={p:.2e})"
+
+
+def test_other_tokenizer_draft_is_rejected_often_enough_to_matter(other_tokenizer_models):
+    """The negative control below only bites if the re-tokenized proposals are both accepted and rejected."""
+    target, draft = other_tokenizer_models
+    engine = make(target, draft, "draft_model", SETTINGS["t1"])
+    stats = sum((engine.generate(PROMPT, 2, stop_tokens=frozenset()).stats for _ in range(200)), GenerationStats())
+    assert stats.drafts > 100, stats.drafts
+    assert 0.1 < stats.acceptance_rate < 0.9, stats.acceptance_rate
+
+
+def test_negative_control_without_residual_fails_with_other_tokenizer_draft(other_tokenizer_models):
+    target, draft = other_tokenizer_models
+    params = SETTINGS["t1"]
+    engine = make(target, draft, "draft_model", params)
+    engine.acceptance = NoResidualAcceptance()
+    p = p_value(engine, exact_joint(target, params))
+    assert p < ALPHA, f"the test failed to detect a rule without the residual step with re-tokenized drafts (p={p:.2e})"
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 from engine.acceptance import ThresholdAcceptance, TopKAcceptance, TypicalAcceptance
 from engine.engine import Engine, EngineConfig
 from engine.gamma import GammaPolicy
-from engine.loading import ModelNotFoundError, TokenizerMismatchError, load_model
+from engine.loading import ModelNotFoundError, TokenizerMismatchError, check_same_tokenizer, load_model
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
 from engine.testing import perturbed_copy, random_model
@@ -126,12 +127,22 @@ def test_draft_with_padded_vocab_runs_and_stays_exact(tiny_files):
         assert len(sampled.generate(prompt, 10, stop_tokens=frozenset()).tokens) == 10
 
 
-def test_draft_with_other_tokenizer_is_rejected(tiny_files):
+def test_draft_with_other_tokenizer_drafts_as_text_and_stays_exact(tiny_files, caplog):
+    """A draft with another tokenizer (400 vs 512 tokens) is accepted and said so; greedy stays plain greedy."""
     tgt, _, other = tiny_files
-    target = load_model(str(tgt), device="cpu", dtype="float32")
-    foreign = load_model(str(other), device="cpu", dtype="float32")
-    with pytest.raises(TokenizerMismatchError, match="differ"):
-        Engine(target, EngineConfig(drafter="draft_model"), draft=foreign)
+    target = load_model(str(tgt), device="cpu", dtype="float64")
+    foreign = load_model(str(other), device="cpu", dtype="float64")
+    with caplog.at_level(logging.INFO, logger="spectune.engine"):
+        engine = Engine(target, EngineConfig(drafter="draft_model", gamma=4), draft=foreign)
+    assert engine.tokenizer_pair is not None and "512 vs 400 tokens" in engine.tokenizer_pair
+    assert "cross-tokenizer pair" in caplog.text
+    prompt = target.tokenizer.encode("def add(a, b):\n    return a + b\n")
+    plain = Engine(target).generate(prompt, 30, stop_tokens=frozenset()).tokens
+    result = engine.generate(prompt, 30, stop_tokens=frozenset())
+    assert result.tokens == plain
+    assert result.stats.drafted > 0, "the other-tokenizer draft never proposed a target token"
+    with pytest.raises(TokenizerMismatchError, match="512 vs 400 tokens"):
+        check_same_tokenizer(target, foreign)  # the strict check itself is unchanged
 
 
 @pytest.mark.parametrize(
