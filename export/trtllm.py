@@ -41,6 +41,7 @@ from export.record import (
     Mapping,
     draft_length,
     gamma_rows,
+    other_tokenizer_reason,
     read_eagle3_head,
     typed_options,
 )
@@ -161,7 +162,16 @@ def _model_draft_rows(engine: EngineConfig, drafter: str) -> list[Mapping]:
     return rows
 
 
-def _draft_model(engine: EngineConfig, draft: str | None) -> tuple[Spec, list[Mapping]]:
+def _draft_model(
+    engine: EngineConfig, draft: str | None, other_tokenizer: str | None = None
+) -> tuple[Spec, list[Mapping]]:
+    """Draft_Target on the draft folder; speculation off where the draft's tokenizer differs (`other_tokenizer`)."""
+    if other_tokenizer is not None:
+        why = (
+            "DraftTargetDecodingConfig has no key for a draft with another vocabulary (the pinned class's fields: "
+            f"export/reference/) and the draft's ids would be read as the target's: speculation off ({other_tokenizer})"
+        )
+        return {}, [_row("drafter=draft_model (another tokenizer)", NONE, why)]
     spec = {"decoding_type": "Draft_Target", "max_draft_len": draft_length(engine), "speculative_model": draft}
     rows = [
         _row("drafter=draft_model", EXACT, "decoding_type Draft_Target with speculative_model = the draft weights"),
@@ -269,7 +279,9 @@ def build(record: ExportRecord) -> tuple[dict[str, Any], list[Mapping]]:
     """The YAML's content ({} = speculation off) and the Mapping rows for TensorRT-LLM."""
     _, rule = typed_options(record.engine)
     files = Files(draft=record.draft, eagle3=record.eagle3)
-    spec, rows = dispatch(record.engine, TARGET, BUILDERS, files, {})
+    other = other_tokenizer_reason(record)
+    builders = {**BUILDERS, "draft_model": lambda engine, options, f: _draft_model(engine, f.draft, other)}
+    spec, rows = dispatch(record.engine, TARGET, builders, files, {})
     options = {SECTION: spec} if spec else {}
     return options, [*_server_rows(record), *rows, *_rule_rows(record.engine, rule)]
 

@@ -1,7 +1,8 @@
 """A draft_model whose draft has another tokenizer than the target's, as each server export carries it.
 
-llama-server (b11434) and SGLang (0.5.23) cannot run such a draft: speculation off, with the reason; vLLM 0.33.0
-runs it as draft_model with use_heterogeneous_vocab (approximate: it drafts over the shared tokens).
+llama-server (b11434), SGLang (0.5.23) and TensorRT-LLM (its pinned DraftTargetDecodingConfig) cannot run such a
+draft: speculation off, with the reason; vLLM 0.33.0 runs it as draft_model with use_heterogeneous_vocab
+(approximate: it drafts over the shared tokens).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from test_export import DRAFT, make_record
 
 from engine.engine import EngineConfig
 from engine.tiny import make_tiny_model
-from export import llama_server, sglang, vllm
+from export import llama_server, sglang, trtllm, vllm
 from export.record import APPROXIMATE, NONE, other_tokenizer_reason
 
 ENGINE = EngineConfig(drafter="draft_model", gamma=4)
@@ -55,3 +56,12 @@ def test_vllm_exports_a_heterogeneous_vocabulary_draft(other_draft):
     assert "use_heterogeneous_vocab" not in same
     levels, _ = vllm.build_levels(make_record(ENGINE, draft=other_draft), {1: ENGINE, 2: ENGINE})
     assert levels is not None and levels["use_heterogeneous_vocab"] is True
+
+
+def test_trtllm_turns_speculation_off_with_the_reason(other_draft):
+    options, rows = trtllm.build(make_record(ENGINE, draft=other_draft))
+    assert options == {}  # no speculative_config: TensorRT-LLM runs without speculation
+    row = next(r for r in rows if r.setting.startswith("drafter=draft_model"))
+    assert row.fit == NONE and "8192 vs 400 tokens" in row.reason and "DraftTargetDecodingConfig" in row.reason
+    same, _ = trtllm.build(make_record(ENGINE, draft=str(DRAFT)))
+    assert same["speculative_config"]["decoding_type"] == "Draft_Target"
