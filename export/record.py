@@ -98,6 +98,19 @@ def gamma_rows(engine: EngineConfig, target: str, knob: str, offset: int = 0) ->
     return [Mapping(f"gamma={engine.gamma}", target, EXACT, f"{knob} = gamma{plus} = {engine.gamma + offset}")]
 
 
+def model_draft_rows(engine: EngineConfig, target: str, drafter: str, knob: str, greedy: str) -> list[Mapping]:
+    """What a drafting model (`drafter`: a draft model, an EAGLE-3 head) does differently on a server that drafts
+    `knob` tokens with no early stop and drafts greedily (`greedy`: where its source says so)."""
+    rows = []
+    if engine.gamma_policy == "confidence":
+        why = f"no key stops {drafter} early on low confidence: {target} drafts {knob}"
+        rows.append(Mapping(f"gamma_policy=confidence (confidence={engine.confidence})", target, NONE, why))
+    if engine.temperature > 0:
+        why = f"{target} drafts greedily {greedy}; spectune samples the draft: both lossless, acceptance can differ"
+        rows.append(Mapping(f"temperature={engine.temperature} with {drafter}", target, APPROXIMATE, why))
+    return rows
+
+
 HALF_EXPORT = "only the {child} part is exported"  # a combination a server would run only part of
 
 

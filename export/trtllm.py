@@ -41,6 +41,7 @@ from export.record import (
     Mapping,
     draft_length,
     gamma_rows,
+    model_draft_rows,
     other_tokenizer_reason,
     read_eagle3_head,
     typed_options,
@@ -140,26 +141,14 @@ def _suffix(engine: EngineConfig, o: SuffixOptions) -> tuple[Spec, list[Mapping]
 
 
 def _model_draft_rows(engine: EngineConfig, drafter: str) -> list[Mapping]:
-    """What a drafting model does differently in TensorRT-LLM: no early stop, greedy drafts."""
-    rows = []
-    if engine.gamma_policy == "confidence":
-        rows.append(
-            _row(
-                f"gamma_policy=confidence (confidence={engine.confidence})",
-                NONE,
-                f"no key stops {drafter} early on low confidence: TensorRT-LLM drafts max_draft_len tokens",
-            )
-        )
-    if engine.temperature > 0:
-        rows.append(
-            _row(
-                f"temperature={engine.temperature} with {drafter}",
-                APPROXIMATE,
-                "TensorRT-LLM drafts greedily whatever the sampling (DecodingBaseConfig's _allow_greedy_draft_tokens); "
-                "spectune samples the draft: both lossless, acceptance can differ",
-            )
-        )
-    return rows
+    """What a drafting model does differently here: no early stop, greedy drafts."""
+    return model_draft_rows(
+        engine,
+        TARGET,
+        drafter,
+        "max_draft_len tokens",
+        "whatever the sampling (DecodingBaseConfig's _allow_greedy_draft_tokens)",
+    )
 
 
 def _draft_model(

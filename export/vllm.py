@@ -47,6 +47,7 @@ from export.record import (
     gamma_rows,
     level_configuration,
     levels_in_order,
+    model_draft_rows,
     other_tokenizer_reason,
     read_eagle3_head,
     speculation_on,
@@ -166,26 +167,10 @@ def _draft_model(
 
 
 def _model_draft_rows(engine: EngineConfig, drafter: str) -> list[Mapping]:
-    """What a drafting model (a draft model, an EAGLE-3 head) does differently in vLLM: no early stop, greedy drafts."""
-    rows = []
-    if engine.gamma_policy == "confidence":
-        rows.append(
-            _row(
-                f"gamma_policy=confidence (confidence={engine.confidence})",
-                NONE,
-                f"no key stops {drafter} early on low confidence: vLLM drafts num_speculative_tokens = gamma",
-            )
-        )
-    if engine.temperature > 0:
-        rows.append(
-            _row(
-                f"temperature={engine.temperature} with {drafter}",
-                APPROXIMATE,
-                "vLLM drafts greedily by default (draft_sample_method 'greedy'); spectune samples the draft: "
-                "both lossless, acceptance can differ",
-            )
-        )
-    return rows
+    """What a drafting model does differently here: no early stop, greedy drafts."""
+    return model_draft_rows(
+        engine, TARGET, drafter, "num_speculative_tokens = gamma", "by default (draft_sample_method 'greedy')"
+    )
 
 
 def _eagle3(engine: EngineConfig, folder: str | None) -> tuple[dict[str, Any], list[Mapping]]:
