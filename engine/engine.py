@@ -1,9 +1,8 @@
 """The engine: a target model, an optional draft model and one speculative configuration.
 
 It validates the configuration once (names, options, what the drafter needs, whether a draft shares the
-target's tokenizer),
-owns what sessions share (weights, MTP weights, engine-wide drafter state such as the suffix index) and
-creates sessions. It knows only token ids: no tasks, agents, Hydra or MLflow, and no drafter by name.
+target's tokenizer), owns what sessions share (weights, MTP weights, engine-wide drafter state such as the
+suffix index) and creates sessions. It knows only token ids: no tasks, agents, Hydra or MLflow, and no drafter by name.
 """
 
 from __future__ import annotations

@@ -221,9 +221,7 @@ def study_dir_for(grid_file: Path) -> Path:
 
 
 def grid_config(cfg, space_node: dict[str, Any], grid_file: Path):
-    """`cfg` with the grid's space and its study folder next to the grid file; the space checked before loading.
-
-    Returns (cfg, the measured space node: only the drafters this model config can run, the left-out ones)."""
+    """`cfg` with the grid's space and its study folder next to the grid file; the space checked before loading."""
     from omegaconf import OmegaConf
 
     from tuner.setup import check, serve_list
@@ -246,9 +244,7 @@ def grid_config(cfg, space_node: dict[str, Any], grid_file: Path):
         serve=serve_list(cfg.tuner.serve),
     )
     grid_points(space, base)  # finite, exact: fails here, before a model is loaded
-    measured = OmegaConf.to_container(cfg.space, resolve=True)
-    measured["drafters"] = {k: v for k, v in measured["drafters"].items() if k in space.drafters}
-    return cfg, measured, dict(space.left_out)
+    return cfg
 
 
 def grid_study(setup, points: list[dict[str, Any]]) -> optuna.Study:
@@ -291,10 +287,11 @@ def run_grid(study: optuna.Study, setup, trials: int, console) -> float:
 def measure_grid(cfg, space_node: dict[str, Any], grid_file: Path, console) -> dict[str, Any]:
     """Step 1: the OFF recording, then every grid point as a real paired trial; returns the grid table."""
     import torch
+    from omegaconf import OmegaConf
 
     from tuner.setup import prepare
 
-    cfg, measured_space, left_out = grid_config(cfg, space_node, grid_file)
+    cfg = grid_config(cfg, space_node, grid_file)
     threads, verbosity = torch.get_num_threads(), optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # each trial gets the tuner's own line instead
     started = time.monotonic()
@@ -304,7 +301,8 @@ def measure_grid(cfg, space_node: dict[str, Any], grid_file: Path, console) -> d
         points = grid_points(setup.space, setup.base)
         # what the loaded models can feed decides, not the model config alone: `prepare` finds a bundled head
         # that the config names nowhere (eagle3), so the stored space and notes follow the measured points
-        measured_space["drafters"] = {k: v for k, v in space_node["drafters"].items() if k in setup.space.drafters}
+        measured_space = OmegaConf.to_container(cfg.space, resolve=True)
+        measured_space["drafters"] = {k: v for k, v in measured_space["drafters"].items() if k in setup.space.drafters}
         left_out = dict(setup.space.left_out)
         study = grid_study(setup, points)
         for drafter, why in left_out.items():

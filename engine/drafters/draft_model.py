@@ -59,6 +59,7 @@ class DraftModelDrafter(DrafterBase):
 
     name = "draft_model"
     NEEDS = Needs(distribution=True, draft_model=True)
+    _bridge: BridgeState | None = None  # a draft with another tokenizer: this session's bridge (layer_skip: never)
 
     def __init__(self, options: DraftModelOptions | None, resources: DrafterResources) -> None:
         if resources.draft is None:
@@ -79,7 +80,6 @@ class DraftModelDrafter(DrafterBase):
         self._limit = position_limit(draft.model)  # None: no known limit
         self._cached: list[int] = []  # tokens whose KV the draft cache holds
         self._verified = 0  # _cached[:_verified] is known to equal the session history
-        self._bridge: BridgeState | None = None  # set for a draft with another tokenizer
 
     def begin(self, history: list[int]) -> None:
         """The history may have diverged between generations: re-check from the start."""
